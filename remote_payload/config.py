@@ -25,6 +25,11 @@ DataFormat = Literal["text", "alpaca"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+class TrainSetupError(Exception):
+    """A user-fixable problem the trainer finds before training starts (a missing data file, a
+    LoRA target that matches nothing, ...). Its message is the whole one-line explanation."""
+
+
 SampleCount = Annotated[int, Field(gt=0, description="keep this many examples")]
 SampleFraction = Annotated[float, Field(gt=0.0, le=1.0, description="keep this fraction of the examples")]
 
@@ -131,8 +136,10 @@ class TrainConfig(BaseModel):
     )
     batch_size: int = Field(8, gt=0, description="Micro-batch per process.")
     grad_accum: int = Field(1, gt=0, description="Micro-batches per optimizer step.")
-    epochs: int = Field(1, gt=0, description="Passes over the training data (ignored once max_steps is reached).")
-    max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps; null: epochs decide.")
+    epochs: int = Field(1, gt=0, description="Passes over the training data when max_steps is null.")
+    max_steps: int | None = Field(
+        None, gt=0, description="Train exactly this many optimizer steps, going over the data as often as needed (overrides epochs)."
+    )
     lr: float = Field(2.0e-4, gt=0.0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     warmup_steps: int = Field(10, ge=0, description="Linear warm-up from 0 to lr over this many optimizer steps.")
@@ -166,4 +173,6 @@ class TrainConfig(BaseModel):
             raise ValueError(f"the partial section is only used with finetune: partial (finetune is {self.finetune})")
         if self.export.merge_lora and self.finetune != "lora":
             raise ValueError(f"export.merge_lora needs finetune: lora (finetune is {self.finetune})")
+        if self.export.prune is not None and self.finetune == "lora" and not self.export.merge_lora:
+            raise ValueError("export.prune with finetune: lora prunes the merged model: set export.merge_lora: true")
         return self

@@ -1,0 +1,73 @@
+"""The final `outputs/` folder: trained weights and tokenizer in save_pretrained form.
+
+    outputs/                     full / partial: the whole model; lora: the peft adapter
+    outputs/merged/              lora with export.merge_lora: the base model with the adapter merged
+    outputs/export.json          what was written, and the sparsity when export.prune is set
+
+Contract: main rank only. The folder is built as `outputs.tmp/` and renamed into place, so
+`outputs/` is either the previous complete export or the new complete one. Exporting may modify
+the model in place (merging, pruning): call it last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+from torch.nn.utils import prune
+
+from remote_payload.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def prunable_weights(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """(module, "weight") for every Linear / transformers Conv1D, except the output head
+    (tied to the input embedding in GPT-2-like models)."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    return [(m, "weight") for m in model.modules() if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head]
+
+
+def magnitude_prune(model: torch.nn.Module, amount: float) -> float:
+    """Global L1 magnitude pruning of `prunable_weights`, made permanent; returns their sparsity."""
+    targets = prunable_weights(model)
+    prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=amount)
+    for module, name in targets:
+        prune.remove(module, name)
+    zeros = sum(int((m.weight == 0).sum()) for m, _ in targets)
+    total = sum(m.weight.numel() for m, _ in targets)
+    return zeros / total
+
+
+def export_outputs(raw_model: torch.nn.Module, tokenizer: object, cfg: TrainConfig, out: Path) -> dict[str, object]:
+    """Write `out/outputs/` (see the module doc) and return the export report."""
+    tmp, final = out / "outputs.tmp", out / "outputs"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    report: dict[str, object] = {"finetune": cfg.finetune}
+    target, target_dir = raw_model, tmp
+    if cfg.finetune == "lora":
+        raw_model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        report["adapter"] = "."
+        if cfg.export.merge_lora:
+            target, target_dir = raw_model.merge_and_unload(), tmp / "merged"
+            report["merged"] = "merged"
+    if cfg.export.prune is not None:
+        report["sparsity"] = magnitude_prune(target, cfg.export.prune.amount)
+        report["prune_amount"] = cfg.export.prune.amount
+        log.info("pruned %.1f%% of the Linear/Conv1D weights", 100 * report["sparsity"])
+    if target_dir != tmp or cfg.finetune != "lora":
+        target.save_pretrained(target_dir, safe_serialization=True)
+        tokenizer.save_pretrained(target_dir)
+    (tmp / "export.json").write_text(json.dumps(report, indent=1))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    log.info("wrote %s", final)
+    return report

@@ -1,0 +1,91 @@
+"""metrics.jsonl (rank 0), throughput accounting, MFU and peak memory.
+
+Contract: `MetricsLog` appends one JSON object per call and flushes it, so a reader tailing the
+file (the orchestrator's `orch status`) sees whole lines only. Non-main ranks write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# Dense bf16/fp16 tensor-core peak FLOP/s per GPU, matched by substring of the device name
+# (most specific first). MFU is reported only for these.
+_PEAK_FLOPS = (
+    ("H200", 989e12), ("H100", 989e12), ("H800", 989e12), ("H20", 148e12), ("GH200", 989e12),
+    ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("L20", 119.5e12),
+    ("A40", 149.7e12), ("A10", 125e12), ("L4", 121e12), ("4090", 165.2e12), ("3090", 71e12),
+    ("V100", 125e12), ("T4", 65e12),
+)
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16/fp16 peak, or None when unknown (CPUs, unlisted GPUs)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in _PEAK_FLOPS if key in name), None)
+
+
+def flops_per_token(n_params: int, n_trainable: int) -> float:
+    """Training FLOPs per token: forward 2N, input-gradients 2N, weight-gradients 2N_trainable.
+
+    Attention's sequence-length term is left out, so this undercounts for long sequences.
+    """
+    return 4.0 * n_params + 2.0 * n_trainable
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak allocated accelerator memory, or the process's peak RSS on CPU, in MiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+
+
+class Throughput:
+    """Counts tokens between two `report` calls and turns them into rates."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.label_tokens = 0
+        self.steps = 0
+        self.started = time.perf_counter()
+
+    def add(self, tokens: int, label_tokens: int) -> None:
+        self.tokens += tokens
+        self.label_tokens += label_tokens
+
+    def report(self, world_tokens: float, world_label_tokens: float) -> dict[str, float]:
+        """Rates over the interval, given the interval's token counts summed over ranks; then reset."""
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        out = {"tokens_per_s": world_tokens / elapsed, "label_tokens_per_s": world_label_tokens / elapsed, "interval_s": elapsed}
+        self.__init__()
+        return out
+
+
+class MetricsLog:
+    """Appends JSON lines to `path` on the main rank; a no-op elsewhere."""
+
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self._file = path.open("a", encoding="utf-8") if enabled else None
+
+    def write(self, record: dict[str, object]) -> None:
+        if self._file is None:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps({"time": time.time(), **clean}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

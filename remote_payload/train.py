@@ -1,0 +1,266 @@
+"""The built-in trainer: fine-tune a Hugging Face causal LM (full / partial / LoRA) under torchrun.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N \\
+        -m remote_payload.train --config JOB_DIR/train.json --out JOB_DIR
+
+Reads a `TrainConfig` (JSON), writes under `--out`: `metrics.jsonl` (rank 0),
+`checkpoints/step-<N>/` and `outputs/`. Resumes from the latest complete checkpoint in `--out`
+when there is one. Exit codes: 0 done; 2 a configuration/data/model problem found before
+training (one-line message in the log); 128+signal (143 for SIGTERM) when stopped by a signal
+after writing a checkpoint; anything else is a crash with a traceback.
+
+Read top to bottom: setup (device, precision, model, data, resume) → DDP → loop → save/export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import math
+import os
+import random
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+from remote_payload import checkpoint, data, distributed, export, metrics
+from remote_payload import model as modeling
+from remote_payload.config import TrainConfig, TrainSetupError
+from remote_payload.data import IGNORE
+
+log = logging.getLogger("remote_payload.train")
+
+
+def lr_factor(step: int, *, warmup: int, total: int, schedule: str) -> float:
+    """Multiplier of the peak lr for optimizer step `step` (0-based): linear warm-up, then decay."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+
+
+def optimizer_step(
+    params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler, max_grad_norm: float | None,
+) -> tuple[torch.Tensor, bool]:
+    """unscale → clip → step → update → zero_grad. The scheduler steps only when the optimizer
+    did (a GradScaler skips steps whose gradients hold inf/nan). Returns (grad norm, stepped)."""
+    scaler.unscale_(optimizer)
+    grads = [p.grad for p in params if p.grad is not None]
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm(grads)
+    stepped = True
+    if scaler.is_enabled():
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        stepped = scaler.get_scale() >= scale  # the scale only shrinks after a skipped step
+    else:
+        optimizer.step()
+    if stepped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm, stepped
+
+
+def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.AbstractContextManager) -> torch.Tensor:
+    """Summed (not averaged) next-token cross-entropy over the batch's label tokens, in fp32."""
+    with autocast:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+@torch.no_grad()
+def evaluate(raw_model: torch.nn.Module, examples: list[data.Example], cfg: TrainConfig, info: distributed.DistInfo,
+             autocast: contextlib.AbstractContextManager, pad_id: int) -> float:
+    """Token-weighted eval loss over the whole eval set (each example on exactly one rank)."""
+    raw_model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=info.device)
+    for batch in data.eval_batches(examples, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size, pad_id=pad_id):
+        total[0] += loss_sum(raw_model, batch.to(info.device), autocast).double()
+        total[1] += batch.n_label_tokens
+    raw_model.train()
+    loss, count = distributed.all_reduce_sum(info, total).tolist()
+    return loss / max(count, 1.0)
+
+
+def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distributed.StopSignal) -> int:
+    """Run (or resume) the whole job; returns the process exit code."""
+    if cfg.strategy == "fsdp":
+        raise TrainSetupError("strategy: fsdp is not supported yet; use strategy: ddp")
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # the same seed on every rank: new modules (LoRA) start identical
+    amp_dtype = modeling.resolve_precision(cfg.precision, info.device)
+    autocast = torch.autocast(info.device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+    log.info("device %s, world size %d, precision %s (%s), %s", info.device, info.world_size, cfg.precision,
+             amp_dtype or torch.float32, modeling.hub_env_summary())
+
+    # ---- model, data, resume point
+    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model))
+    raw_model = modeling.apply_finetune(base, cfg).to(info.device)
+    n_trainable, n_total = modeling.count_parameters(raw_model)
+    log.info("finetune %s: %s of %s parameters trainable (%.2f%%)", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
+             100 * n_trainable / n_total)
+    d = cfg.data
+    train_set = data.load_examples(d.train, d.format, tokenizer, d.max_length, d.sample, cfg.seed)
+    eval_set = data.load_examples(d.eval, d.format, tokenizer, d.max_length) if d.eval else None
+    steps_per_epoch = data.batches_per_epoch(len(train_set), info.world_size, cfg.batch_size) // cfg.grad_accum
+    if steps_per_epoch == 0:
+        raise TrainSetupError(f"{d.train}: {len(train_set)} examples are fewer than one step "
+                              f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
+    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+    ckpt = checkpoint.latest_checkpoint(out)
+    if ckpt is not None:
+        checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
+
+    # ---- DDP, optimizer, schedule, scaler (requires_grad is final before the wrap)
+    ddp = info.world_size > 1
+    model = DistributedDataParallel(
+        raw_model, device_ids=[info.local_rank] if info.device.type == "cuda" else None,
+        find_unused_parameters=False, gradient_as_bucket_view=True,
+    ) if ddp else raw_model
+    params = [p for p in raw_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
+    scaler = torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16)
+    progress = checkpoint.Progress(world_size=info.world_size)
+    if ckpt is not None:
+        progress = checkpoint.load_training_state(info, ckpt, optimizer, scheduler, scaler)
+        log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
+    step, epoch, step_in_epoch = progress.step, progress.epoch, progress.step_in_epoch
+    tokens_seen, labels_seen = progress.tokens_seen, progress.label_tokens_seen
+    saved_step = evaluated_step = step if ckpt is not None else -1
+
+    # ---- the loop
+    metrics_log = metrics.MetricsLog(out / "metrics.jsonl", info.is_main)
+    peak_flops = metrics.device_peak_flops(info.device) if amp_dtype else None
+    meter = metrics.Throughput()
+    interval_loss = torch.zeros((), device=info.device)
+    log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
+             total_steps, steps_per_epoch, cfg.grad_accum, cfg.batch_size)
+
+    def save() -> None:
+        nonlocal saved_step
+        progress = checkpoint.Progress(step, epoch, step_in_epoch, info.world_size, tokens_seen, labels_seen)
+        checkpoint.save_checkpoint(info, out, raw_model, cfg, progress, optimizer, scheduler, scaler)
+        saved_step = step
+
+    stopping = False  # set from the all-ranks stop vote, so every rank leaves the loop at the same step
+    while step < total_steps and not stopping:
+        if step_in_epoch == steps_per_epoch:
+            epoch, step_in_epoch = epoch + 1, 0
+        batches = data.train_batches(train_set, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
+                                     seed=cfg.seed, epoch=epoch, start=step_in_epoch * cfg.grad_accum,
+                                     pad_id=tokenizer.pad_token_id)
+        while step_in_epoch < steps_per_epoch and step < total_steps:
+            micro = [next(batches).to(info.device) for _ in range(cfg.grad_accum)]
+            n_labels = sum(b.n_label_tokens for b in micro)
+            # One CPU all-reduce per step: the step's label tokens over all ranks, and a stop vote.
+            world_labels, stop_votes = distributed.all_reduce_sum(
+                info, torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)).tolist()
+            if stop_votes:
+                stopping = True
+                break
+            weight = info.world_size / max(world_labels, 1.0)  # DDP averages over ranks; undo it
+            for i, batch in enumerate(micro):
+                sync = not ddp or i == len(micro) - 1
+                with model.no_sync() if not sync else contextlib.nullcontext():
+                    loss = loss_sum(model, batch, autocast)
+                    scaler.scale(loss * weight).backward()
+                interval_loss += loss.detach()
+            lr = optimizer.param_groups[0]["lr"]
+            grad_norm, _ = optimizer_step(params, optimizer, scheduler, scaler, cfg.max_grad_norm)
+            step, step_in_epoch = step + 1, step_in_epoch + 1
+            n_tokens = sum(b.n_tokens for b in micro)
+            tokens_seen, labels_seen = tokens_seen + n_tokens, labels_seen + n_labels
+            meter.add(n_tokens, n_labels)
+
+            if step % cfg.log_every == 0 or step == total_steps:
+                stats = torch.stack([interval_loss.double().cpu(), torch.tensor(float(meter.label_tokens), dtype=torch.float64),
+                                     torch.tensor(float(meter.tokens), dtype=torch.float64)])
+                loss_total, label_total, token_total = distributed.all_reduce_sum(info, stats).tolist()
+                rates = meter.report(token_total, label_total)
+                row = {"step": step, "epoch": epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr,
+                           "grad_norm": float(grad_norm), **rates, "peak_mem_mb": metrics.peak_memory_mb(info.device),
+                           "mfu": (rates["tokens_per_s"] / info.world_size * metrics.flops_per_token(n_total, n_trainable)
+                                   / peak_flops) if peak_flops else None}
+                if scaler.is_enabled():
+                    row["scale"] = scaler.get_scale()
+                metrics_log.write(row)
+                log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB",
+                         step, total_steps, epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"],
+                         row["peak_mem_mb"])
+                interval_loss.zero_()
+            if eval_set and (step % cfg.eval_every == 0 or step == total_steps):
+                eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
+                evaluated_step = step
+                metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": math.exp(min(eval_loss, 50.0))})
+                log.info("step %d | eval loss %.4f | perplexity %.2f", step, eval_loss, math.exp(min(eval_loss, 50.0)))
+            if step % cfg.save_every == 0 or step == total_steps:
+                save()
+
+    # ---- stop or finish
+    if stopping:
+        if step > saved_step and step > 0:
+            save()
+        log.warning("stopped by signal at step %d; resume continues from the latest checkpoint", step)
+        metrics_log.close()
+        return stop.exit_code
+    if step != saved_step:
+        save()
+    if eval_set and evaluated_step != step:
+        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
+        metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": math.exp(min(eval_loss, 50.0))})
+    if info.is_main:
+        report = export.export_outputs(raw_model, tokenizer, cfg, out)
+        metrics_log.write({"step": step, "export": report})
+    distributed.barrier(info)
+    metrics_log.close()
+    log.info("done: %d steps, outputs in %s", step, out / "outputs")
+    return 0
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m remote_payload.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, type=Path, help="the resolved TrainConfig as JSON (train.json)")
+    parser.add_argument("--out", required=True, type=Path, help="the job folder: metrics.jsonl, checkpoints/, outputs/")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", 0))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s [rank{rank}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False")  # peft fixes it for GPT-2's Conv1D
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    stop = distributed.StopSignal()
+    info = distributed.setup()
+    try:
+        try:
+            cfg = TrainConfig.model_validate_json(args.config.read_text())
+        except (OSError, ValueError) as exc:
+            raise TrainSetupError(f"cannot read the train config {args.config}: {exc}") from None
+        args.out.mkdir(parents=True, exist_ok=True)
+        return train(cfg, args.out, info, stop)
+    except TrainSetupError as exc:
+        log.error("%s", exc)
+        return 2
+    finally:
+        distributed.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

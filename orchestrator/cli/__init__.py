@@ -1,0 +1,1 @@
+"""The ``orch`` command line: one module per command, errors mapped in ``main``."""

@@ -1,0 +1,29 @@
+"""``orch cancel``."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.app import App, pass_app
+from orchestrator.launch import cancel
+from orchestrator.plan import GRACE_S
+
+
+@click.command("cancel")
+@click.argument("job")
+@click.option("--grace", type=click.FloatRange(min=0), default=GRACE_S, show_default=True,
+              help="Seconds between SIGTERM (the trainer checkpoints) and SIGKILL.")
+@pass_app
+def cancel_cmd(app: App, job: str, grace: float) -> None:
+    """Stop a job: SIGTERM its process group, SIGKILL after the grace period.
+
+    \b
+    Example:
+      orch cancel gpt2-lora-20261129-101500-1a2b
+    """
+    record = app.registry.get(job)
+    status = cancel(record, app.inventory, app.registry, grace)
+    click.echo(f"{record.job_id}: {status['state']}")
+
+
+COMMANDS = [cancel_cmd]

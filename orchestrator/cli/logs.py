@@ -1,0 +1,51 @@
+"""``orch logs``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from orchestrator.cli.app import App, pass_app
+from orchestrator.logs import stream_logs
+from orchestrator.registry import JobRecord
+
+
+def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int = 0,
+                  tail: int | None = None) -> dict[str, Any]:
+    """Follow until the job is terminal; Ctrl-C stops following and leaves the job running."""
+    write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
+    try:
+        status = stream_logs(record, app.inventory, app.registry, write=write, say=app.say,
+                             node=node, follow=True, tail=tail)
+    except KeyboardInterrupt:
+        app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
+        raise SystemExit(130) from None
+    reason = f": {status['reason']}" if status.get("reason") else ""
+    app.say(f"{record.job_id} {status['state']}{reason}")
+    return status
+
+
+@click.command("logs")
+@click.argument("job")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (reconnects by itself).")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Start with the last N lines.")
+@click.option("--node", type=click.IntRange(min=0), default=0, show_default=True, help="Which node's log.")
+@pass_app
+def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int) -> None:
+    """Print a job's log; with -f follow it until the job ends.
+
+    \b
+    Examples:
+      orch logs gpt2-lora-20261129-101500-1a2b -f
+      orch logs gpt2-lora --tail 50
+    """
+    record = app.registry.get(job)
+    if follow:
+        follow_to_end(app, record, node=node, tail=tail)
+        return
+    stream_logs(record, app.inventory, app.registry, write=app.write, say=app.say, node=node, tail=tail)
+
+
+COMMANDS = [logs_cmd]

@@ -1,0 +1,50 @@
+"""``orch submit``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.logs import follow_to_end
+from orchestrator.launch import submit
+from orchestrator.plan import plan_text
+from orchestrator.spec import load_spec
+
+
+@click.command("submit")
+@click.argument("spec_file", type=click.Path(path_type=Path))
+@click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (job.json) and start nothing.")
+@click.option("--force", is_flag=True, help="Overwrite files that were edited on the server.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with job_id.")
+@pass_app
+def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Validate, sync the workspace, set up and launch a job.
+
+    \b
+    Examples:
+      orch submit jobs/tiny-lora-local.yaml --follow
+      orch submit job.yaml --dry-run
+    """
+    loaded = load_spec(spec_file)
+    done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force)
+    plan = done.plan
+    if dry_run:
+        click.echo(plan_text(plan))
+        return
+    result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
+              "state": "pending", "sync": done.sync_summary}
+    if follow:
+        status = follow_to_end(app, app.registry.get(plan.job_id), as_json=as_json)
+        result.update(state=status["state"], exit_code=status.get("exit_code"), reason=status.get("reason"))
+    if as_json:
+        app.json(result)
+    else:
+        click.echo(plan.job_id)
+    if follow and result["state"] != "succeeded":
+        raise SystemExit(1)
+
+
+COMMANDS = [submit_cmd]

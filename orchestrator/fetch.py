@@ -1,0 +1,185 @@
+"""Fetch a job's files into ``DEST/<job_id>/``, verified.
+
+Promises: only files whose paths ``outputs`` selects; each downloaded as ``<name>.part``
+(resumed from its size when one is there), sha256-checked against the manifest, then
+renamed — nothing unverified ever stands under a final name. The manifest comes from the
+server and is untrusted: a path that is absolute, holds ``..`` or control characters, or
+would land outside the destination (through a symlink too) is refused and nothing is
+written for it. A second fetch with nothing new transfers no file data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pathspec
+
+from orchestrator.connect import never, open_transport
+from orchestrator.errors import RemoteError
+from orchestrator.hosts import Inventory
+from orchestrator.launch import job_host
+from orchestrator.registry import JobRecord
+from orchestrator.remote import Remote
+from orchestrator.sync import sha256_of
+
+SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+MAX_FILES = 100_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass
+class FetchSummary:
+    dest: Path
+    fetched: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+
+def safe_entries(manifest: Any, dest: Path) -> list[Entry]:
+    """Validate an untrusted manifest; raise ``RemoteError`` naming the first bad entry."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise RemoteError("the server's manifest.json is malformed")
+    if len(manifest["files"]) > MAX_FILES:
+        raise RemoteError("the server's manifest lists too many files")
+    root = os.path.realpath(dest)
+    out = []
+    for item in manifest["files"]:
+        if not isinstance(item, dict):
+            raise RemoteError("the server's manifest holds a malformed entry")
+        path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
+        shown = ascii(path)[:120]
+        if not isinstance(path, str) or not path or BAD_CHARS.search(path) or path.startswith("/") \
+                or any(part in ("", ".", "..") for part in path.split("/")):
+            raise RemoteError(f"refusing manifest path {shown}: it must be a plain relative path")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or size > 1 << 44:
+            raise RemoteError(f"refusing manifest entry {shown}: bad size")
+        if not isinstance(digest, str) or not SHA_RE.match(digest):
+            raise RemoteError(f"refusing manifest entry {shown}: bad sha256")
+        target = os.path.realpath(os.path.join(root, path))
+        if not target.startswith(root + os.sep):
+            raise RemoteError(f"refusing manifest path {shown}: it resolves outside {dest}")
+        out.append(Entry(path, size, digest))
+    return out
+
+
+DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
+
+
+def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Callable[[str], None],
+          extra: list[str] | None = None, everything: bool = False) -> FetchSummary:
+    """Fetch the files the job's own ``outputs`` (recorded in its job.json) select, plus
+    ``extra`` patterns; ``everything`` fetches the whole job folder but ``code/``."""
+    host = job_host(record, inventory)
+    dest = dest_parent / record.job_id
+    dest.mkdir(parents=True, exist_ok=True)
+    summary = FetchSummary(dest)
+    with open_transport(host, inventory, never) as transport:
+        remote = Remote(host, transport)
+        manifest = remote.call("manifest", record.job_id)
+        entries = safe_entries(manifest, dest)
+        outputs = manifest.get("outputs")
+        if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
+            outputs = DEFAULT_OUTPUTS
+        spec = pathspec.GitIgnoreSpec.from_lines(["*"] if everything else [*outputs, *(extra or [])])
+        wanted: dict[str, Entry] = {}
+        for entry in entries:
+            if not spec.match_file(entry.path):
+                continue
+            local = dest / entry.path
+            if local.is_file() and local.stat().st_size == entry.size and sha256_of(local) == entry.sha256:
+                summary.unchanged.append(entry.path)
+            else:
+                wanted[entry.path] = entry
+        if not wanted:
+            return summary
+        requests = []
+        for entry in wanted.values():
+            part = dest / (entry.path + ".part")
+            offset = part.stat().st_size if part.is_file() else 0
+            requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0})
+        say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB")
+        proc = remote.start("send", record.job_id)
+        proc.write(json.dumps(requests).encode())
+        proc.close_stdin()
+        reader = _Reader(proc)
+        for req in requests:
+            header = reader.header()
+            entry = wanted.get(header.get("path", ""))
+            if entry is None or header.get("path") != req["path"] or header.get("offset") != req["offset"] \
+                    or header.get("size") != entry.size - req["offset"]:
+                raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
+            summary.bytes += _receive(reader, dest, entry, req["offset"])
+            summary.fetched.append(entry.path)
+        if reader.header() != {"end": True}:
+            raise RemoteError(f"{host.name}: the file stream did not end cleanly")
+        proc.wait()
+    return summary
+
+
+class _Reader:
+    def __init__(self, proc: Any) -> None:
+        self.proc, self.buf = proc, b""
+
+    def _fill(self) -> bool:
+        chunk = self.proc.read(1 << 20)
+        self.buf += chunk
+        return bool(chunk)
+
+    def header(self) -> dict[str, Any]:
+        while b"\n" not in self.buf:
+            if len(self.buf) > 4096 or not self._fill():
+                err = self.proc.stderr.decode("utf-8", "replace").strip()[-400:] if hasattr(self.proc, "stderr") else ""
+                raise RemoteError(f"the file stream broke off{': ' + err if err else ''}")
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise RemoteError("the file stream holds an unreadable header")
+        return value
+
+    def take(self, n: int) -> bytes:
+        if not self.buf and not self._fill():
+            raise RemoteError("the file stream broke off mid-file")
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+
+def _receive(reader: _Reader, dest: Path, entry: Entry, offset: int) -> int:
+    final = dest / entry.path
+    part = dest / (entry.path + ".part")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    mode = "r+b" if offset else "wb"
+    if offset:
+        with open(part, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    remaining = entry.size - offset
+    with open(part, mode) as f:
+        f.seek(offset)
+        f.truncate()
+        while remaining:
+            data = reader.take(min(remaining, 1 << 20))
+            f.write(data)
+            h.update(data)
+            remaining -= len(data)
+    if h.hexdigest() != entry.sha256:
+        part.unlink()
+        raise RemoteError(f"{entry.path}: sha256 mismatch after download (discarded; fetch again)")
+    os.replace(part, final)
+    return entry.size - offset

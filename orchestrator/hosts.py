@@ -1,0 +1,172 @@
+"""The host inventory under ``ORCH_HOME/hosts/`` and the built-in ``local`` host.
+
+One JSON file (0600) per host. The pinned host key lives in the entry itself, so it belongs
+to the inventory name, not to an address that several rented instances may share. Passwords
+are never stored: only the name of the environment variable that holds one.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import UsageError
+from orchestrator.home import orch_home, write_private
+from orchestrator.spec import NAME_RE, InlineHost
+
+LOCAL = "local"
+DEFAULT_ROOT = "~/orch"
+PRESET_ROOTS = {"autodl": "/root/autodl-tmp/orch"}
+
+
+class Host(BaseModel):
+    """One inventory entry. ``kind == "local"`` only for the built-in host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["ssh", "local"] = "ssh"
+    address: str = ""
+    port: int = Field(22, ge=1, le=65535)
+    user: str = "root"
+    identity_file: str | None = None
+    password_env: str | None = None
+    root: str = DEFAULT_ROOT
+    python: str = "python3"
+    presets: list[str] = Field(default_factory=list)
+    host_key: str | None = Field(None, description="Pinned key as '<type> <base64>'.")
+
+    @property
+    def target(self) -> str:
+        return "this machine" if self.kind == "local" else f"{self.user}@{self.address}:{self.port}"
+
+
+def parse_ssh_command(text: str) -> dict[str, object]:
+    """Read what providers show (``ssh -p 23456 root@host``, ``-i KEY``, ``-o Port=``,
+    ``user@host:port``, ``ssh://user@host:port``) into address/port/user/identity_file."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"cannot read --ssh {text!r}: {exc}") from None
+    if words and Path(words[0]).name == "ssh":
+        words = words[1:]
+    out: dict[str, object] = {}
+    dest: str | None = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("-p", "-i", "-l", "-o"):
+            if i + 1 >= len(words):
+                raise UsageError(f"--ssh: {word} needs a value")
+            value = words[i + 1]
+            i += 2
+            if word == "-p":
+                out["port"] = _port(value)
+            elif word == "-i":
+                out["identity_file"] = value
+            elif word == "-l":
+                out["user"] = value
+            else:
+                key, _, val = value.partition("=")
+                key = key.strip().lower()
+                if key == "port":
+                    out["port"] = _port(val.strip())
+                elif key == "user":
+                    out["user"] = val.strip()
+                elif key == "identityfile":
+                    out["identity_file"] = val.strip()
+                elif key not in ("stricthostkeychecking", "userknownhostsfile", "serveraliveinterval"):
+                    raise UsageError(f"--ssh: option -o {key} is not supported")
+            continue
+        if word.startswith("-"):
+            if len(word) > 1 and all(c in "46ACNTXYqtv" for c in word[1:]):
+                i += 1
+                continue
+            raise UsageError(f"--ssh: option {word} is not supported")
+        if dest is not None:
+            raise UsageError(f"--ssh: expected one destination, got {dest!r} and {word!r} (a remote command is not allowed)")
+        dest = word
+        i += 1
+    if dest is None:
+        raise UsageError(f"--ssh {text!r} names no host (expected e.g. 'ssh -p 23456 root@region-9.example.com')")
+    if dest.startswith("ssh://"):
+        dest = dest[len("ssh://"):]
+    user, at, hostport = dest.rpartition("@")
+    if at:
+        out.setdefault("user", user)
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        if rest.startswith(":"):
+            out["port"] = _port(rest[1:])
+    elif hostport.count(":") == 1:
+        host, _, port = hostport.partition(":")
+        out["port"] = _port(port)
+    else:
+        host = hostport
+    if not host:
+        raise UsageError(f"--ssh {text!r} names no host")
+    out["address"] = host
+    return out
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise UsageError(f"--ssh: {value!r} is not a port number")
+    return int(value)
+
+
+class Inventory:
+    """The hosts a user added; ``get`` also resolves ``local`` and inline hosts."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or orch_home()
+        self.dir = self.home / "hosts"
+
+    def local(self) -> Host:
+        return Host(name=LOCAL, kind="local", root=str(self.home / "local"))
+
+    def _file(self, name: str) -> Path:
+        return self.dir / f"{name}.json"
+
+    def get(self, name: str) -> Host:
+        if name == LOCAL:
+            return self.local()
+        path = self._file(name)
+        if not path.is_file():
+            known = ", ".join([LOCAL] + [h.name for h in self.list()])
+            raise UsageError(f"unknown host {name!r} (known: {known}); add it with `orch hosts add {name} --ssh \"ssh -p PORT user@host\"`")
+        try:
+            return Host.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValidationError as exc:
+            raise UsageError(f"{path}: corrupt host entry: {exc.errors()[0]['msg']}") from None
+
+    def resolve(self, ref: str | InlineHost) -> Host:
+        """An inventory name, ``local``, or an inline host from a job file."""
+        if isinstance(ref, str):
+            return self.get(ref)
+        pinned = None
+        if self._file(ref.name).is_file():
+            pinned = self.get(ref.name).host_key
+        return Host(
+            name=ref.name, address=ref.address, port=ref.port, user=ref.user,
+            identity_file=ref.identity_file, password_env=ref.password_env,
+            root=ref.root or DEFAULT_ROOT, python=ref.python, host_key=pinned,
+        )
+
+    def list(self) -> list[Host]:
+        if not self.dir.is_dir():
+            return []
+        return [self.get(p.stem) for p in sorted(self.dir.glob("*.json"))]
+
+    def save(self, host: Host) -> None:
+        if host.name == LOCAL:
+            raise UsageError("`local` is built in and cannot be changed")
+        write_private(self._file(host.name), json.dumps(host.model_dump(), indent=2) + "\n")
+
+    def remove(self, name: str) -> None:
+        self.get(name)
+        self._file(name).unlink()

@@ -1,0 +1,98 @@
+"""The local job registry: SQLite under ``ORCH_HOME`` (WAL, busy timeout).
+
+Safe with several ``orch`` processes at once: every write is one short transaction.
+It caches what the hosts say; the hosts' ``status.json`` files stay the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from orchestrator.errors import UsageError
+from orchestrator.home import orch_home
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec_path TEXT NOT NULL,
+    hosts TEXT NOT NULL,
+    job_dir TEXT NOT NULL,
+    created REAL NOT NULL,
+    state TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}',
+    updated REAL NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    name: str
+    spec_path: str
+    hosts: list[str]
+    job_dir: str
+    created: float
+    state: str
+    detail: dict[str, Any]
+
+
+class Registry:
+    def __init__(self, home: Path | None = None) -> None:
+        self.path = (home or orch_home()) / "registry.db"
+        with closing(self._connect()) as db, db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(SCHEMA)
+        self.path.chmod(0o600)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30)
+        db.execute("PRAGMA busy_timeout=30000")
+        return db
+
+    def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str) -> None:
+        now = time.time()
+        with closing(self._connect()) as db, db:
+            db.execute(
+                "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
+                (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, "{}", now),
+            )
+
+    def update(self, job_id: str, state: str, detail: dict[str, Any] | None = None) -> None:
+        with closing(self._connect()) as db, db:
+            db.execute(
+                "UPDATE jobs SET state=?, detail=?, updated=? WHERE job_id=?",
+                (state, json.dumps(detail or {}), time.time(), job_id),
+            )
+
+    def _rows(self, where: str = "", args: tuple[Any, ...] = ()) -> Iterator[JobRecord]:
+        with closing(self._connect()) as db:
+            rows = db.execute(
+                "SELECT job_id,name,spec_path,hosts,job_dir,created,state,detail FROM jobs "
+                + where + " ORDER BY created", args
+            ).fetchall()
+        for r in rows:
+            yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], json.loads(r[7]))
+
+    def all(self) -> list[JobRecord]:
+        return list(self._rows())
+
+    def get(self, job_id: str) -> JobRecord:
+        """An exact id, or a unique prefix of one; ``UsageError`` otherwise."""
+        exact = list(self._rows("WHERE job_id = ?", (job_id,)))
+        if exact:
+            return exact[0]
+        like = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        matches = list(self._rows("WHERE job_id LIKE ? ESCAPE '\\'", (like,)))
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise UsageError(f"no job {job_id!r} (see `orch ls`)")
+        raise UsageError(f"{job_id!r} matches several jobs: " + ", ".join(m.job_id for m in matches[:5]))

@@ -1,0 +1,73 @@
+"""``Remote``: the agent's commands as Python calls over one ``Transport``.
+
+The payload is installed on first use (one extra round trip per host and orch version).
+An agent failure becomes ``RemoteError``/``CommandFailed`` (exit 4); output from the server
+is parsed as untrusted JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Sequence
+
+from orchestrator.errors import CommandFailed, RemoteError
+from orchestrator.hosts import Host
+from orchestrator.payload import BOOT, MISSING_EXIT, payload_hash, payload_tar
+from orchestrator.transport.base import Process, Result, Transport
+
+MAX_JSON_BYTES = 64 << 20
+
+
+class Remote:
+    """One host's agent. ``python`` is the host's interpreter (``sys.executable`` for local)."""
+
+    def __init__(self, host: Host, transport: Transport) -> None:
+        self.host, self.transport = host, transport
+        self.python = sys.executable if host.kind == "local" else host.python
+        self._installed = False
+
+    def argv(self, command: str, *args: str) -> list[str]:
+        return [self.python, "-c", BOOT, self.host.root, payload_hash(), command, *args]
+
+    def install(self) -> None:
+        result = self.transport.run(self.argv("install"), input=payload_tar(), timeout=120)
+        if not result.ok:
+            raise CommandFailed(result, f"installing orch's helper with {self.python}")
+        self._installed = True
+
+    def _run(self, command: str, args: Sequence[str], input: bytes | None, timeout: float | None) -> Result:
+        result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
+        if result.exit_code == MISSING_EXIT and not self._installed:
+            self.install()
+            result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
+        self._installed = True
+        return result
+
+    def call(self, command: str, *args: str, input: bytes | None = None, timeout: float | None = 300) -> Any:
+        """Run an agent command and return its parsed JSON object."""
+        result = self._run(command, args, input, timeout)
+        value = parse_json(result)
+        if isinstance(value, dict) and "error" in value:
+            raise RemoteError(f"{self.host.name}: {command} failed: {value['error']}")
+        if not result.ok:
+            raise CommandFailed(result, f"orch helper '{command}'")
+        return value
+
+    def start(self, command: str, *args: str) -> Process:
+        """Start a streaming agent command (``follow``, ``send``, ``receive``)."""
+        if not self._installed:
+            self.call("hello")
+        return self.transport.start(self.argv(command, *args))
+
+
+def parse_json(result: Result) -> Any:
+    text = result.stdout[:MAX_JSON_BYTES].decode("utf-8", "replace").strip().splitlines()
+    if not text:
+        if result.ok:
+            raise RemoteError(f"{result.host}: the helper printed nothing")
+        raise CommandFailed(result, "orch helper")
+    try:
+        return json.loads(text[-1])
+    except ValueError:
+        raise CommandFailed(result, "orch helper (unreadable reply)") from None

@@ -1,0 +1,269 @@
+"""job.yaml as pydantic models, and ``load_spec`` — the only function here that does I/O.
+
+Errors name ``file:line:column``, the field path (``train.lora.r``) and, for an unknown
+field, the closest known name. Every default lives in these models, so ``orch schema``
+shows the whole truth.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+
+from orchestrator.errors import SpecError
+from remote_payload.config import TrainConfig
+
+NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+KNOWN_PRESETS = ("autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror")
+MAX_SPEC_BYTES = 1_000_000
+MAX_NODES = 50_000
+MAX_DEPTH = 64
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InlineHost(_Model):
+    """A host written into the job file instead of the inventory."""
+
+    name: str = Field(pattern=NAME_RE, description="Name used in job ids, logs and `orch code`.")
+    address: str = Field(min_length=1, description="Hostname or IP address.")
+    port: int = Field(22, ge=1, le=65535)
+    user: str = Field("root", min_length=1)
+    identity_file: str | None = Field(None, description="Private key file on the laptop.")
+    password_env: str | None = Field(None, description="Name of the environment variable holding the password.")
+    root: str | None = Field(None, description="Where everything of orch lives on that host (default ~/orch).")
+    python: str = Field("python3", description="The interpreter on that host, found through a login shell.")
+
+
+def _host_kind(value: Any) -> str:
+    return "inline" if isinstance(value, (dict, InlineHost)) else "name"
+
+
+HostRef = Annotated[
+    Union[Annotated[str, Tag("name")], Annotated[InlineHost, Tag("inline")]],
+    Discriminator(_host_kind),
+]
+
+
+class Workspace(_Model):
+    path: str = Field(".", description="Local folder to sync, relative to the job file.")
+    exclude: list[str] = Field(default_factory=list, description="gitignore-style patterns, on top of .gitignore and .orchignore.")
+
+
+class Launch(_Model):
+    nproc_per_node: Literal["auto"] | Annotated[int, Field(ge=1, le=1024)] = Field(
+        "auto", description="Processes per node: `auto` = GPUs on the node (1 without GPUs), or an int."
+    )
+    command: list[str] | None = Field(
+        None,
+        description="argv each torchrun process runs instead of the built-in trainer; a string is split "
+        "like a shell would. A leading `python` means the host's python.",
+    )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split command: {exc}") from None
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0]):
+            raise ValueError("command must name a program")
+        return value
+
+
+class OnFinish(_Model):
+    shutdown: bool = Field(False, description="Power the host off when the job ends (after `orch fetch`).")
+    shutdown_after_fetch_timeout_s: int = Field(1800, ge=0)
+
+
+class JobSpec(_Model):
+    """The whole job file. Exactly one of ``launch.command`` and ``train`` is set."""
+
+    name: str = Field(pattern=NAME_RE, description="[a-z0-9-]; job ids are <name>-<yyyymmdd-hhmmss>-<4 hex>.")
+    hosts: list[HostRef] = Field(min_length=1, description="Inventory names, `local`, or inline host objects.")
+    workspace: Workspace = Field(default_factory=Workspace)
+    setup: str | None = Field(None, description="Shell run on every node before launch; skipped when unchanged.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment for setup and the job.")
+    presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror"]] = Field(default_factory=list)
+    launch: Launch = Field(default_factory=Launch)
+    train: TrainConfig | None = Field(None, description="The built-in trainer; exclusive with launch.command.")
+    outputs: list[str] = Field(
+        default_factory=lambda: ["outputs/", "logs/", "metrics.jsonl"],
+        description="gitignore-style patterns over the job folder: what `orch fetch` brings back.",
+    )
+    on_finish: OnFinish = Field(default_factory=OnFinish)
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not ENV_KEY_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if "\x00" in val:
+                raise ValueError(f"value of {key} contains a NUL byte")
+        return value
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_relative(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if pattern.startswith("/") or ".." in Path(pattern.lstrip("!")).parts:
+                raise ValueError(f"output pattern {pattern!r} must stay inside the job folder")
+        return value
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self) -> "JobSpec":
+        if (self.launch.command is None) == (self.train is None):
+            raise ValueError("set exactly one of `train` (the built-in trainer) and `launch.command`")
+        names = [h if isinstance(h, str) else h.name for h in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError("a host is listed twice")
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with where it came from."""
+
+    spec: JobSpec
+    path: Path
+    text: str
+
+    @property
+    def workspace_dir(self) -> Path:
+        return (self.path.parent / Path(self.spec.workspace.path).expanduser()).resolve()
+
+
+Marks = dict[tuple[Any, ...], tuple[int, int]]
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read and validate a job file. Raises ``SpecError`` (exit 2) with file:line:col."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: file is larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    data, marks = parse_yaml(text, str(path))
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}:1:1: the job file must be a mapping of fields (name, hosts, ...)")
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc, data, marks, str(path))) from None
+    return LoadedSpec(spec=spec, path=path.resolve(), text=text)
+
+
+def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
+    """Safe-load YAML and record the (line, column) of every key and value by path.
+
+    Aliases are expanded with a node budget, so an anchor bomb is an error, not a hang.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{where}{pos}: invalid YAML: {problem}") from None
+    except (RecursionError, ValueError) as exc:
+        raise SpecError(f"{where}: invalid YAML: {exc}") from None
+    if root is None:
+        raise SpecError(f"{where}:1:1: the job file is empty")
+    marks: Marks = {}
+    budget = [MAX_NODES]
+    constructor = yaml.SafeLoader("")
+
+    def build(node: yaml.Node, path: tuple[Any, ...], depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > MAX_DEPTH:
+            raise SpecError(f"{where}:{node.start_mark.line + 1}: YAML is too large or too deeply nested")
+        marks.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = build(key_node, path + ("<key>",), depth + 1)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    line = key_node.start_mark.line + 1
+                    raise SpecError(f"{where}:{line}: a mapping key must be a plain value")
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise SpecError(f"{where}:{key_node.start_mark.line + 1}: `<<` merge keys are not supported")
+                marks[path + (key, "<key>")] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                out[key] = build(value_node, path + (key,), depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        try:
+            return constructor.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{where}:{node.start_mark.line + 1}: invalid YAML value: {exc}") from None
+
+    return build(root, (), 0), marks
+
+
+def _data_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """Drop pydantic's union-member names from ``loc`` so it follows the document."""
+    out: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            out.append(part)
+        elif i == len(loc) - 1:
+            out.append(part)
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def known_field_names() -> frozenset[str]:
+    schema = JobSpec.model_json_schema()
+    names: set[str] = set(schema.get("properties", {}))
+    for definition in schema.get("$defs", {}).values():
+        names.update(definition.get("properties", {}))
+    return frozenset(names)
+
+
+def format_errors(exc: ValidationError, data: Any, marks: Marks, where: str) -> str:
+    """One line per error: ``file:line:col: field.path: message (did you mean 'x'?)``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        path = _data_path(tuple(err["loc"]), data)
+        kind = err["type"]
+        key_mark = marks.get(path + ("<key>",)) if kind == "extra_forbidden" else None
+        mark = key_mark or next((marks[path[:n]] for n in range(len(path), -1, -1) if path[:n] in marks), (1, 1))
+        field = ".".join(str(p) for p in path) or "(top level)"
+        message = err["msg"]
+        if kind == "extra_forbidden" and path and isinstance(path[-1], str):
+            close = difflib.get_close_matches(path[-1], sorted(known_field_names()), n=1, cutoff=0.6)
+            message = f"unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+        elif kind == "missing":
+            message = "field required"
+        lines.append(f"{where}:{mark[0]}:{mark[1]}: {field}: {message}")
+    return "\n".join(dict.fromkeys(lines))

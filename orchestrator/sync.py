@@ -1,0 +1,216 @@
+"""Workspace sync: choose files, diff against what the host recorded, send one tar stream.
+
+Promises: ``.git/`` is never sent; files are chosen with gitignore semantics from the
+workspace's ``.gitignore``, ``.orchignore`` and ``workspace.exclude``, in that order; only
+changed files move (a second sync with no change sends no file data); each file lands under
+a temporary name and is renamed into place; a file deleted locally is deleted remotely only
+if orch synced it earlier; a file edited on the server since the last sync is never
+overwritten unless ``force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+import tarfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pathspec
+
+from orchestrator.errors import RemoteError, UsageError
+from orchestrator.remote import Remote, parse_json
+from orchestrator.transport.base import Process, Result
+
+SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
+LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    rel: str
+    size: int
+    mtime_ns: int
+    mode: int
+    link: str | None = None
+
+
+@dataclass
+class SyncPlan:
+    send: list[str] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    send_bytes: int = 0
+    noop: bool = False  # nothing to send, delete or re-record: no round trip needed
+
+
+def project_name(workspace: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", workspace.name).strip(".-")
+    return name or "workspace"
+
+
+def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
+    lines: list[str] = []
+    for name in (".gitignore", ".orchignore"):
+        path = root / name
+        if path.is_file():
+            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines + list(exclude))
+
+
+def select_files(root: Path, exclude: list[str]) -> dict[str, LocalFile]:
+    """The workspace files to sync, by POSIX relative path."""
+    if not root.is_dir():
+        raise UsageError(f"workspace {root} is not a folder")
+    spec = ignore_spec(root, exclude)
+    out: dict[str, LocalFile] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not spec.match_file(prefix + d + "/"))
+        for name in sorted(filenames):
+            rel = prefix + name
+            if spec.match_file(rel):
+                continue
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = LocalFile(rel, 0, st.st_mtime_ns, 0o777, os.readlink(os.path.join(dirpath, name)))
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = LocalFile(rel, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    return out
+
+
+def warnings_for(files: dict[str, LocalFile]) -> list[str]:
+    """Likely secrets and a too-large workspace, each with a hint."""
+    out = []
+    secrets = [rel for rel in files if SECRET_RE.match(rel.rsplit("/", 1)[-1])]
+    if secrets:
+        out.append(f"these look like secrets and will be sent: {', '.join(secrets[:8])}"
+                   " (add them to .orchignore to keep them on the laptop)")
+    total = sum(f.size for f in files.values())
+    if total > LARGE_WORKSPACE_BYTES:
+        big = sorted(files.values(), key=lambda f: -f.size)[:3]
+        out.append(f"the workspace is {total / 2**20:.0f} MB; largest: "
+                   + ", ".join(f"{f.rel} ({f.size / 2**20:.0f} MB)" for f in big)
+                   + " — ignore data and checkpoints in .orchignore")
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], force: bool) -> SyncPlan:
+    """Decide what to send and delete from local stats and the host's record."""
+    recorded: dict[str, Any] = remote.get("files", {})
+    edited = set(remote.get("edited", []))
+    plan = SyncPlan()
+    for rel, f in files.items():
+        rec = recorded.get(rel)
+        entry = {"size": f.size, "mtime_ns": f.mtime_ns, "mode": f.mode, "link": f.link}
+        same_stat = rec is not None and all(rec.get(k) == entry[k] for k in entry)
+        if same_stat:
+            entry["sha256"] = rec.get("sha256")
+        else:
+            entry["sha256"] = None if f.link is not None else sha256_of(root / rel)
+        unchanged = rec is not None and rec.get("sha256") == entry["sha256"] and rec.get("mode") == f.mode \
+            and rec.get("link") == f.link
+        plan.entries[rel] = entry
+        if unchanged and rel not in remote.get("missing", []) and (rel not in edited or not force):
+            continue
+        plan.send.append(rel)
+        plan.send_bytes += f.size
+    plan.delete = sorted(rel for rel in recorded if rel not in files)
+    plan.noop = not plan.send and not plan.delete and all(
+        {k: v for k, v in recorded[rel].items() if k not in ("rsize", "rmtime_ns")} == entry
+        for rel, entry in plan.entries.items()
+    )
+    clobber = sorted(edited & (set(plan.send) | set(plan.delete))) if not force else []
+    if clobber:
+        raise UsageError(
+            "these files were changed on the server since the last sync and would be overwritten: "
+            + ", ".join(clobber[:20]) + ("" if len(clobber) <= 20 else f" (+{len(clobber) - 20} more)")
+            + "\nCopy them back first, or pass --force to overwrite them."
+        )
+    return plan
+
+
+class _ProcessWriter(io.RawIOBase):
+    def __init__(self, proc: Process) -> None:
+        self.proc = proc
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.proc.write(bytes(data))
+        return len(data)
+
+
+def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
+         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Stream the plan's files as one tar to ``agent receive``; return its summary."""
+    if plan.noop:
+        return {"written": 0, "deleted": 0, "bytes": 0}
+    proc = remote.start("receive", project)
+    error: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=1 << 18) as tar:
+                control = json.dumps({"delete": plan.delete, "entries": plan.entries}).encode()
+                info = tarfile.TarInfo(".orch-sync.json")
+                info.size = len(control)
+                tar.addfile(info, io.BytesIO(control))
+                for rel in plan.send:
+                    entry = plan.entries[rel]
+                    info = tarfile.TarInfo(rel)
+                    if entry["link"] is not None:
+                        info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
+                        tar.addfile(info)
+                        continue
+                    with open(root / rel, "rb") as f:
+                        size = os.fstat(f.fileno()).st_size
+                        info.size, info.mode = size, entry["mode"]
+                        tar.addfile(info, f)
+                    if progress:
+                        progress(size)
+            proc.close_stdin()
+        except BaseException as exc:  # reported by the caller after the remote side ends
+            error.append(exc)
+            proc.kill()
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    chunks = []
+    while chunk := proc.read():
+        chunks.append(chunk)
+    code = proc.wait()
+    writer.join()
+    result = Result(remote.host.name, proc.command, code, b"".join(chunks), proc.stderr)
+    value = parse_json(result)
+    if isinstance(value, dict) and "error" in value:
+        raise RemoteError(f"{remote.host.name}: sync failed: {value['error']}")
+    if error:
+        raise error[0]
+    if not result.ok:
+        raise RemoteError(f"{remote.host.name}: sync failed (exit {code})")
+    return value
+
+
+def sync(remote: Remote, root: Path, exclude: list[str], state: dict[str, Any], force: bool = False) -> tuple[SyncPlan, dict[str, Any]]:
+    """Sync ``root`` to the host's workspace for its project; ``state`` is hello's ``sync``."""
+    files = select_files(root, exclude)
+    plan = plan_sync(root, files, state, force)
+    summary = send(remote, project_name(root), root, plan)
+    return plan, summary

@@ -1,0 +1,5 @@
+"""Transports execute argv on a host; they know nothing about jobs (DESIGN.md)."""
+
+from orchestrator.transport.base import Process, Result, Transport
+
+__all__ = ["Process", "Result", "Transport"]

@@ -1,0 +1,115 @@
+"""The one narrow transport interface and its ``Result`` record.
+
+A transport runs an argv list on its host: ``start`` gives a streaming ``Process``;
+``run`` is ``start`` + feed stdin + collect output, with an optional timeout. Both the SSH
+and the local transport implement only ``start`` and ``close``.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one command did: where, what ran (quoted), exit code and both outputs."""
+
+    host: str
+    command: str
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Process(ABC):
+    """A command running on a host, with its standard streams."""
+
+    command: str
+
+    @abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send bytes to the command's stdin (blocks while the peer is slow)."""
+
+    @abstractmethod
+    def close_stdin(self) -> None:
+        """Send EOF on stdin."""
+
+    @abstractmethod
+    def read(self, size: int = 65536) -> bytes:
+        """Up to ``size`` bytes of stdout; ``b""`` at EOF."""
+
+    @abstractmethod
+    def wait(self) -> int:
+        """Wait for the exit code; stderr is complete afterwards."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Stop waiting for the command: close the channel or kill the child."""
+
+    @property
+    @abstractmethod
+    def stderr(self) -> bytes:
+        """Everything the command wrote to stderr so far."""
+
+
+class Transport(ABC):
+    """Runs argv on one host. Raises ``HostError`` when the host cannot be reached."""
+
+    name: str
+
+    @abstractmethod
+    def start(self, argv: Sequence[str]) -> Process:
+        """Start ``argv`` on the host and return it running."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection; idempotent."""
+
+    def run(self, argv: Sequence[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
+        """Run to completion. On timeout the command is stopped and exit code is 124."""
+        proc = self.start(argv)
+        timed_out = threading.Event()
+        timer = None
+        if timeout is not None:
+            def expire() -> None:
+                timed_out.set()
+                proc.kill()
+            timer = threading.Timer(timeout, expire)
+            timer.daemon = True
+            timer.start()
+        writer = threading.Thread(target=_feed, args=(proc, input or b""), daemon=True)
+        writer.start()
+        chunks = []
+        try:
+            while chunk := proc.read():
+                chunks.append(chunk)
+            code = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        writer.join(timeout=5)
+        if timed_out.is_set():
+            code = 124
+        return Result(self.name, proc.command, code, b"".join(chunks), proc.stderr)
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _feed(proc: Process, data: bytes) -> None:
+    try:
+        if data:
+            proc.write(data)
+        proc.close_stdin()
+    except OSError:
+        pass  # the command exited without reading all of its input; its exit code tells

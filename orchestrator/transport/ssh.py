@@ -1,0 +1,217 @@
+"""``SSHTransport``: one paramiko connection per orch command, commands via ``bash -l``.
+
+Promises: TCP_NODELAY and keepalive on the socket; connect retried with backoff on network
+errors (never on an authentication or host-key failure); the host key must equal the one
+pinned in the inventory entry, or the caller must have asked to trust it; every failure to
+connect is a ``HostError`` (exit 3) that says what was tried.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import paramiko
+
+from orchestrator import shell
+from orchestrator.errors import HostError, HostKeyError, UsageError
+from orchestrator.hosts import Host
+from orchestrator.transport.base import Process, Transport
+
+CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))
+CONNECT_ATTEMPTS = int(os.environ.get("ORCH_CONNECT_ATTEMPTS", "3"))
+KEEPALIVE_S = 15
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's ``SHA256:...`` fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def key_line(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.get_base64()}"
+
+
+def parse_key_line(line: str) -> paramiko.PKey:
+    kind, _, b64 = line.strip().partition(" ")
+    return paramiko.PKey.from_type_string(kind, base64.b64decode(b64))
+
+
+class _PinnedKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Called only when no key is pinned: record it if trusting, else refuse."""
+
+    def __init__(self, host: Host, trust: Callable[[str], bool]) -> None:
+        self.host, self.trust, self.seen = host, trust, None
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        self.seen = key
+        if not self.trust(f"{key.get_name()} {fingerprint(key)}"):
+            raise HostKeyError(
+                f"{self.host.name} ({self.host.target}) presents an unknown host key "
+                f"{key.get_name()} {fingerprint(key)}.\n"
+                f"If that fingerprint is right, trust it: orch hosts trust {self.host.name}"
+            )
+
+
+class SSHProcess(Process):
+    def __init__(self, transport: "SSHTransport", channel: paramiko.Channel, command: str) -> None:
+        self.command, self._t, self._chan = command, transport, channel
+        self._err: list[bytes] = []
+        self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._err_thread.start()
+
+    def _drain_stderr(self) -> None:
+        try:
+            while chunk := self._chan.recv_stderr(65536):
+                self._err.append(chunk)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._t.lost(exc) from None
+
+    def close_stdin(self) -> None:
+        try:
+            self._chan.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def read(self, size: int = 65536) -> bytes:
+        try:
+            return self._chan.recv(size)
+        except socket.timeout:
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._t.lost(exc) from None
+
+    def settimeout(self, seconds: float | None) -> None:
+        """Make ``read`` raise ``socket.timeout`` after ``seconds`` without data."""
+        self._chan.settimeout(seconds)
+
+    def wait(self) -> int:
+        self._chan.settimeout(None)
+        code = self._chan.recv_exit_status()
+        self._err_thread.join(timeout=5)
+        if code == -1:
+            raise self._t.lost(None)
+        return code
+
+    def kill(self) -> None:
+        self._chan.close()
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self._err)
+
+
+class SSHTransport(Transport):
+    """A connected SSH session to one inventory host."""
+
+    def __init__(self, host: Host, *, trust: Callable[[str], bool] = lambda fp: False,
+                 on_new_key: Callable[[str], None] | None = None) -> None:
+        """``trust(fingerprint)`` decides about a host with no pinned key; ``on_new_key``
+        receives the accepted key line to pin it."""
+        self.host, self.name = host, host.name
+        self.client = self._connect(trust, on_new_key)
+        transport = self.client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(KEEPALIVE_S)
+
+    def _password(self) -> str | None:
+        if not self.host.password_env:
+            return None
+        value = os.environ.get(self.host.password_env)
+        if value is None:
+            raise UsageError(f"{self.host.name}: the password variable ${self.host.password_env} is not set")
+        return value
+
+    def _connect(self, trust: Callable[[str], bool], on_new_key: Callable[[str], None] | None) -> paramiko.SSHClient:
+        host, password = self.host, self._password()
+        identity = str(Path(host.identity_file).expanduser()) if host.identity_file else None
+        if identity and not Path(identity).is_file():
+            raise UsageError(f"{host.name}: identity file {host.identity_file} does not exist")
+        delay, last = 0.5, None
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            client = paramiko.SSHClient()
+            policy = _PinnedKeyPolicy(host, trust)
+            client.set_missing_host_key_policy(policy)
+            if host.host_key:
+                keyname = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+                pinned = parse_key_line(host.host_key)
+                client.get_host_keys().add(keyname, pinned.get_name(), pinned)
+            try:
+                sock = socket.create_connection((host.address, host.port), timeout=CONNECT_TIMEOUT_S)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                client.connect(
+                    host.address, port=host.port, username=host.user, password=password,
+                    key_filename=identity, sock=sock, timeout=CONNECT_TIMEOUT_S,
+                    banner_timeout=CONNECT_TIMEOUT_S, auth_timeout=CONNECT_TIMEOUT_S,
+                    allow_agent=True, look_for_keys=identity is None and password is None,
+                )
+            except paramiko.BadHostKeyException as exc:
+                client.close()
+                raise HostKeyError(
+                    f"{host.name} ({host.target}) presents a DIFFERENT host key than the one pinned:\n"
+                    f"  pinned:  {exc.expected_key.get_name()} {fingerprint(exc.expected_key)}\n"
+                    f"  offered: {exc.key.get_name()} {fingerprint(exc.key)}\n"
+                    f"Refusing to connect. If the server was reinstalled, check the new fingerprint with "
+                    f"its provider, then: orch hosts trust {host.name} --replace"
+                ) from None
+            except paramiko.AuthenticationException as exc:
+                client.close()
+                tried = [f"key {host.identity_file}"] if identity else []
+                tried += [f"password from ${host.password_env}"] if password is not None else []
+                tried += ["ssh-agent"] + ([] if tried else ["default keys in ~/.ssh"])
+                raise HostError(
+                    f"{host.name}: authentication failed for {host.target} ({exc}); tried {', '.join(tried)}.\n"
+                    f"If the password or key changed: orch hosts add {host.name} --ssh \"ssh -p PORT user@host\" ..."
+                ) from None
+            except HostKeyError:
+                client.close()
+                raise
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                client.close()
+                last = exc
+                if attempt < CONNECT_ATTEMPTS:
+                    time.sleep(delay)
+                    delay *= 2
+                continue
+            if policy.seen is not None and on_new_key is not None:
+                on_new_key(key_line(policy.seen))
+            return client
+        reason = getattr(last, "strerror", None) or str(last) or type(last).__name__
+        raise HostError(
+            f"cannot reach {host.name} ({host.target}): {reason}; tried {CONNECT_ATTEMPTS} times.\n"
+            f"If the instance was restarted its port may have changed: "
+            f"orch hosts add {host.name} --ssh \"ssh -p PORT user@host\""
+        )
+
+    def lost(self, exc: BaseException | None) -> HostError:
+        detail = f": {exc}" if exc else ""
+        return HostError(f"connection to {self.host.name} ({self.host.target}) was lost{detail}")
+
+    def start(self, argv: Sequence[str]) -> Process:
+        command = shell.login_shell(argv)
+        try:
+            transport = self.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise self.lost(None)
+            channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            channel.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self.lost(exc) from None
+        return SSHProcess(self, channel, command)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,112 @@
+"""Small standard-library helpers shared by the supervisor and the agent (Python >= 3.8).
+
+Nothing here imports anything outside the standard library: these run before the job's
+setup step has installed anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any, Dict, Optional
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def atomic_write_json(path: str, data: Any) -> None:
+    """Write JSON so a reader sees the old or the new file, never half of one."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Optional[Any]:
+    """The parsed file, or None when it is missing or not valid JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot of the machine (changes on restart); ``ORCH_BOOT_ID_FILE`` overrides for tests."""
+    path = os.environ.get("ORCH_BOOT_ID_FILE", BOOT_ID_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def pid_alive(pid: int, needle: str = "") -> bool:
+    """True when ``pid`` runs and (if given) its command line contains ``needle``."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if not needle:
+        return True
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read()
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            zombie = f.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except OSError:
+        return False
+    return needle.encode() in cmdline and not zombie
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Every regular file of the job folder except ``code/`` and temporaries:
+    ``{"files": [{"path", "size", "sha256", "mtime_ns"}]}``, sorted by path.
+
+    A file whose size and mtime equal the previous manifest's keeps its hash unread.
+    Symlinks are listed nowhere: fetch never follows a link the server made.
+    """
+    known = {f["path"]: f for f in (previous or {}).get("files", []) if isinstance(f, dict)}
+    files = []
+    for dirpath, dirnames, filenames in os.walk(job_dir):
+        rel_dir = os.path.relpath(dirpath, job_dir)
+        if rel_dir == ".":
+            dirnames[:] = [d for d in dirnames if d != "code"]
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp-"))
+        for name in sorted(filenames):
+            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+            if rel in ("manifest.json", "status.json", "job.json") or ".tmp." in name:
+                continue
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if not os.path.isfile(full) or os.path.islink(full):
+                continue
+            old = known.get(rel)
+            if old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+                digest = old["sha256"]
+            else:
+                digest = sha256_file(full)
+            files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
+    return {"files": files, "created": time.time()}

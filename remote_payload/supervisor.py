@@ -1,0 +1,183 @@
+"""The per-node supervisor: setup, then the job under torchrun, then manifest and state.
+
+Started detached (new session, all three streams redirected) by ``agent.py launch``, so it
+survives the SSH session ending and SIGHUP. Standard library only. Contract (DESIGN.md):
+
+- ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
+  exit code, reason. A terminal state is written only after ``manifest.json`` is complete.
+- ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
+  only ever appended to, so readers can follow it by byte offset.
+- SIGTERM (``orch cancel``) is forwarded to the job's process group; after ``grace_s`` the
+  group is killed. The job then ends ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
+
+
+class Supervisor:
+    def __init__(self, job_dir: str, node_rank: int) -> None:
+        self.job_dir, self.node_rank = job_dir, node_rank
+        self.job: Dict[str, Any] = read_json(os.path.join(job_dir, "job.json")) or {}
+        self.node: Dict[str, Any] = self.job["nodes"][node_rank]
+        self.status_path = os.path.join(job_dir, "status.json")
+        self.lock = threading.Lock()
+        self.cancelled = threading.Event()
+        self.child: Optional[subprocess.Popen] = None
+        old = read_json(self.status_path) or {}
+        self.status: Dict[str, Any] = {
+            "job_id": self.job["job_id"], "node_rank": node_rank, "state": "setting_up",
+            "supervisor_pid": os.getpid(), "pgid": None, "child_pid": None, "boot_id": boot_id(),
+            "started": time.time(), "ended": None, "heartbeat": time.time(), "exit_code": None,
+            "reason": None, "attempt": int(old.get("attempt", 0)) + 1,
+        }
+        os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
+        self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
+
+    # -- state -------------------------------------------------------------------------
+    def update(self, **fields: Any) -> None:
+        with self.lock:
+            self.status.update(fields, heartbeat=time.time())
+            atomic_write_json(self.status_path, self.status)
+
+    def say(self, message: str) -> None:
+        self.log.write(("[orch] %s\n" % message).encode("utf-8", "replace"))
+
+    def heartbeat(self) -> None:
+        period = float(self.job.get("heartbeat_s", 2.0))
+        while self.status["state"] not in TERMINAL:
+            time.sleep(period)
+            if self.status["state"] not in TERMINAL:
+                self.update()
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        self.cancelled.set()
+        child = self.child
+        if child is not None and child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+            grace = float(self.job.get("grace_s", 30))
+            threading.Thread(target=self._kill_after, args=(child, grace), daemon=True).start()
+
+    def _kill_after(self, child: subprocess.Popen, grace: float) -> None:
+        deadline = time.time() + grace
+        while time.time() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        self._killpg(child.pid)
+
+    @staticmethod
+    def _killpg(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- steps -------------------------------------------------------------------------
+    def env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.job.get("env", {}))
+        env.update(self.node.get("env", {}))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["ORCH_JOB_ID"] = self.job["job_id"]
+        env["ORCH_JOB_DIR"] = self.job_dir
+        payload = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def run_step(self, argv: List[str], env: Dict[str, str]) -> int:
+        """Run argv in its own process group, output appended to the node log."""
+        if self.cancelled.is_set():
+            return 143
+        self.child = subprocess.Popen(
+            argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.update(pgid=self.child.pid, child_pid=self.child.pid)
+        if self.cancelled.is_set():
+            self.on_sigterm(signal.SIGTERM, None)
+        code = self.child.wait()
+        self._killpg(self.child.pid)  # nothing of the step outlives it
+        return code
+
+    def setup(self, env: Dict[str, str]) -> int:
+        script = self.job.get("setup")
+        if not script:
+            return 0
+        key = hashlib.sha256(json.dumps([script, self.job.get("env", {})], sort_keys=True).encode()).hexdigest()[:16]
+        marker = os.path.join(self.job["root"], "state", "setup-%s.done" % key)
+        if os.path.exists(marker):
+            self.say("setup unchanged since its last success on this host: skipped")
+            return 0
+        self.say("running setup")
+        code = self.run_step(["bash", "-lc", script], env)
+        if code == 0:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            open(marker, "w").close()
+        return code
+
+    def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
+        self.say("job %s%s" % (state, ": " + reason if reason else ""))
+        manifest_path = os.path.join(self.job_dir, "manifest.json")
+        try:
+            atomic_write_json(manifest_path, build_manifest(self.job_dir, read_json(manifest_path)))
+        except OSError as exc:
+            state, reason = "failed", "cannot write manifest.json: %s" % exc
+            self.say(reason)
+        self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+
+    def main(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.update()
+        threading.Thread(target=self.heartbeat, daemon=True).start()
+        env = self.env()
+        code = self.setup(env)
+        if code != 0 and not self.cancelled.is_set():
+            self.finish("failed", code, "setup failed with exit code %d" % code)
+            return 1
+        if not self.cancelled.is_set():
+            self.update(state="running")
+            self.say("starting: %s" % shlex.join(self.node["argv"]))
+            code = self.run_step(list(self.node["argv"]), env)
+        if self.cancelled.is_set():
+            self.finish("cancelled", code, "cancelled by SIGTERM")
+        elif code == 0:
+            self.finish("succeeded", 0, None)
+        else:
+            self.finish("failed", code, "job exited with code %d" % code)
+        return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--job-dir", required=True)
+    parser.add_argument("--node-rank", type=int, default=0)
+    args = parser.parse_args(argv)
+    sup = Supervisor(os.path.abspath(args.job_dir), args.node_rank)
+    try:
+        return sup.main()
+    except Exception as exc:  # the state must never stay "running" after a crash
+        sup.say("supervisor error: %r" % (exc,))
+        sup.finish("failed", None, "supervisor error: %s" % exc)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

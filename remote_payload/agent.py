@@ -20,7 +20,7 @@ import tarfile
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, pid_alive, read_json
+from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
 
 PENDING_GRACE_S = 30.0
 
@@ -323,15 +323,16 @@ def kill_group(pgid: int, grace: float) -> None:
         return
     deadline = time.time() + grace
     while time.time() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        if not group_alive(pgid):
             return
         time.sleep(0.1)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        return
+    deadline = time.time() + 5
+    while group_alive(pgid) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def last_line(path: str) -> Optional[Dict[str, Any]]:

@@ -64,3 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"internal error: {type(exc).__name__}: {exc}\n(set ORCH_DEBUG=1 for a traceback)", err=True)
         sys.exit(4)
     sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m orchestrator`` is ``orch``."""
+
+from orchestrator.cli.main import main
+
+main()

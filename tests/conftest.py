@@ -1,0 +1,105 @@
+"""Shared fixtures: a real sshd on loopback, an isolated ORCH_HOME, and an ``orch`` runner
+that runs the real CLI in a subprocess (real exit codes, real stderr)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sshd import SSHServer, start_sshd
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def sshd() -> SSHServer:
+    # Not under pytest's 0700 tmp root: plain test users must read authorized_keys.
+    workdir = Path(tempfile.mkdtemp(prefix="orch-sshd-"))
+    server = start_sshd(workdir)
+    yield server
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass
+class Orch:
+    """Runs ``orch`` with its own ORCH_HOME; ``remote_root`` is where hosts keep files."""
+
+    home: Path
+    remote_root: Path
+    env: dict[str, str]
+    cwd: Path
+
+    def __call__(self, *args: str, timeout: float = 180, check: int | None = 0,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args], cwd=self.cwd, env={**self.env, **(env or {})},
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if check is not None and proc.returncode != check:
+            raise AssertionError(f"orch {' '.join(args)} exited {proc.returncode}, wanted {check}\n"
+                                 f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        return json.loads(self(*args, "--json", **kw).stdout)
+
+    def wait_state(self, job_id: str, states: tuple[str, ...], timeout: float = 120) -> dict[str, Any]:
+        deadline = time.time() + timeout
+        while True:
+            status = self.json("status", job_id)
+            if status["state"] in states or time.time() > deadline:
+                return status
+            time.sleep(0.3)
+
+    def job_dir(self, job_id: str) -> Path:
+        return Path(self.json("status", job_id)["job_dir"])
+
+
+@pytest.fixture
+def orch(tmp_path: Path) -> Orch:
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(ORCH_HOME=str(home), PYTHONPATH=str(REPO), ORCH_CONNECT_ATTEMPTS="2",
+               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1")
+    work = tmp_path / "laptop"
+    work.mkdir()
+    return Orch(home, tmp_path / "remote", env, work)
+
+
+@pytest.fixture
+def box(orch: Orch, sshd: SSHServer) -> str:
+    """An inventory host ``box``: root@127.0.0.1 on the test sshd, key pinned with --trust."""
+    orch("hosts", "add", "box", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(orch.remote_root), "--python", sys.executable, "--trust")
+    return "box"
+
+
+@pytest.fixture(params=["local", "ssh"])
+def host(request: pytest.FixtureRequest, orch: Orch) -> str:
+    """Each test runs against the built-in `local` host and against the loopback sshd."""
+    if request.param == "local":
+        return "local"
+    return request.getfixturevalue("box")
+
+
+def write_job(dir: Path, name: str, host: str, command: list[str], extra: str = "") -> Path:
+    """A job file for ``command`` with a workspace holding one script."""
+    ws = dir / "ws"
+    ws.mkdir(exist_ok=True)
+    spec = dir / f"{name}.yaml"
+    spec.write_text(
+        f"name: {name}\nhosts: [{host}]\nworkspace: {{path: ws}}\n"
+        f"launch:\n  nproc_per_node: 1\n  command: {json.dumps(command)}\n{extra}"
+    )
+    return spec

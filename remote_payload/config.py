@@ -129,7 +129,7 @@ class TrainConfig(BaseModel):
     finetune: FinetuneMode = Field("lora", description="full: train everything; partial: only partial.trainable; lora: a peft adapter.")
     lora: LoraSection | None = Field(None, description="LoRA settings; filled with defaults when finetune is lora, an error otherwise.")
     partial: PartialSection | None = Field(None, description="Required when finetune is partial, an error otherwise.")
-    data: DataSection
+    data: DataSection = Field(..., description="Training (and optional eval) data.")
     precision: Precision = Field(
         "auto",
         description="auto: bf16 on GPUs that support it, fp16 (with a GradScaler) on older GPUs, fp32 on CPU.",

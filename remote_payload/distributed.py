@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
@@ -92,6 +93,25 @@ def all_gather_object(info: DistInfo, obj: object) -> list[object]:
     out: list[object] = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def die_with_parent() -> None:
+    """Under torchrun, ask the kernel to SIGKILL this worker when the torchrun agent dies.
+
+    torchrun starts every worker in its own session (`start_new_session=True`), so a signal sent
+    to the agent's process group never reaches the workers: SIGTERM does only because the agent
+    forwards it, and a SIGKILL of the agent would leave the workers training as orphans. Linux
+    only; elsewhere a no-op.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the agent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StopSignal:

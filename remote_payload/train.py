@@ -111,6 +111,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     # ---- model, data, resume point
     base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model))
     raw_model = modeling.apply_finetune(base, cfg).to(info.device)
+    raw_model.train()  # from_pretrained returns eval mode: dropout would be off until the first eval
     n_trainable, n_total = modeling.count_parameters(raw_model)
     log.info("finetune %s: %s of %s parameters trainable (%.2f%%)", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
              100 * n_trainable / n_total)
@@ -246,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False")  # peft fixes it for GPT-2's Conv1D
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    distributed.die_with_parent()
     stop = distributed.StopSignal()
     info = distributed.setup()
     try:

@@ -130,3 +130,21 @@ def test_dry_run_prints_the_plan_and_starts_nothing(orch: Orch, host: str) -> No
                                 node["argv"][0], "slow.py", "5", "0.2"]
     assert plan["job_dir"] == f"{plan['root']}/jobs/{plan['job_id']}"
     assert orch.json("ls") == []
+
+
+def test_setup_runs_once_and_is_skipped_when_unchanged(orch: Orch, host: str, tmp_path: Path) -> None:
+    counter = tmp_path / "setup-count"
+    extra = f"setup: echo ran >> {counter}\n"
+    spec = slow_job(orch, host, n=1, delay=0, extra=extra)
+    first = orch("submit", str(spec), "--follow")
+    assert "[orch] running setup" in first.stdout
+    second = orch("submit", str(spec), "--follow")
+    assert "setup unchanged since its last success on this host: skipped" in second.stdout
+    assert counter.read_text() == "ran\n"
+
+
+def test_failing_setup_fails_the_job_before_launch(orch: Orch, host: str) -> None:
+    spec = slow_job(orch, host, n=1, delay=0, extra="setup: exit 7\n")
+    result = json.loads(orch("submit", str(spec), "--follow", "--json", check=1).stdout)
+    assert result["state"] == "failed" and result["reason"] == "setup failed with exit code 7"
+    assert "line 0" not in (orch.job_dir(result["job_id"]) / "logs" / "node0.log").read_text()

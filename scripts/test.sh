@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need (OpenSSH server,
+# rsync, iproute2 from the system packages; the virtualenv), then runs pytest.
+# Extra arguments go to pytest (e.g. scripts/test.sh -k sync).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v useradd >/dev/null 2>&1 || missing+=(passwd)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "tests need: ${missing[*]} (install them, or run as root)" >&2
+        exit 2
+    fi
+    echo "installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mkdir -p /run/sshd 2>/dev/null || true
+bash scripts/bootstrap.sh
+exec .venv/bin/python -m pytest -q "$@"

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
@@ -253,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             cfg = TrainConfig.model_validate_json(args.config.read_text())
-        except (OSError, ValueError) as exc:
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+            raise TrainSetupError(f"cannot read the train config {args.config}: {problems}") from None
+        except OSError as exc:
             raise TrainSetupError(f"cannot read the train config {args.config}: {exc}") from None
         args.out.mkdir(parents=True, exist_ok=True)
         return train(cfg, args.out, info, stop)

@@ -1,24 +1,58 @@
 """Print or follow a job's node log by byte offset.
 
 Following never ends on a dropped connection: it reconnects with backoff and continues at
-the exact byte it had reached. It ends when the job is terminal and the log is drained.
+the exact byte it had reached. A stalled connection is noticed too: the server sends a
+heartbeat frame while the log is quiet, and no frame for ``3 × heartbeat`` counts as a
+lost connection. It ends when the job is terminal and the log is drained.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 import time
 from typing import Any, Callable
 
 from orchestrator.connect import never, open_transport
-from orchestrator.errors import CommandFailed, HostError
+from orchestrator.errors import CommandFailed, HostError, RemoteError
 from orchestrator.hosts import Inventory
 from orchestrator.launch import job_host, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
 from orchestrator.termtext import CleanDecoder
-from orchestrator.transport.base import Result
+from orchestrator.transport.base import Process, Result
 
 MAX_BACKOFF_S = 30.0
+HEARTBEAT_S = float(os.environ.get("ORCH_LOG_HEARTBEAT_S", "5"))
+
+
+class _Frames:
+    """Reads ``follow``'s frames; a silence longer than ``timeout`` is a lost connection."""
+
+    def __init__(self, proc: Process, timeout: float) -> None:
+        self.proc, self.buf = proc, b""
+        if hasattr(proc, "settimeout"):
+            proc.settimeout(timeout)
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            try:
+                chunk = self.proc.read(max(65536, n - len(self.buf)))
+            except socket.timeout:
+                raise HostError("no data or heartbeat from the server: the connection stalled") from None
+            if not chunk:
+                raise HostError("the log stream ended early (connection lost?)")
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def next(self) -> tuple[bytes, bytes]:
+        head = self._exactly(5)
+        kind, length = head[:1], struct.unpack(">I", head[1:])[0]
+        if kind not in (b"D", b"H", b"E") or length > 1 << 20:
+            raise RemoteError("the server's log stream is garbled")
+        return kind, self._exactly(length)
 
 
 def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
@@ -35,10 +69,17 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
                 remote = Remote(host, transport)
                 if offset is None:
                     offset = int(remote.call("tail-offset", record.job_id, str(node), str(tail))["offset"])
-                proc = remote.start("follow", record.job_id, str(offset), str(node), "1" if follow else "0")
-                while chunk := proc.read():
-                    offset += len(chunk)
-                    write(decoder.feed(chunk))
+                proc = remote.start("follow", record.job_id, str(offset), str(node), "1" if follow else "0",
+                                    str(HEARTBEAT_S))
+                frames = _Frames(proc, 3 * HEARTBEAT_S)
+                backoff = 0.5
+                while True:
+                    kind, data = frames.next()
+                    if kind == b"E":
+                        break
+                    if kind == b"D":
+                        offset += len(data)
+                        write(decoder.feed(data))
                 code = proc.wait()
                 if code != 0:
                     raise CommandFailed(Result(host.name, proc.command, code, b"", proc.stderr), "reading the log")

@@ -262,7 +262,7 @@ def format_errors(exc: ValidationError, data: Any, marks: Marks, where: str) -> 
         message = err["msg"]
         if kind == "extra_forbidden" and path and isinstance(path[-1], str):
             close = difflib.get_close_matches(path[-1], sorted(known_field_names()), n=1, cutoff=0.6)
-            message = f"unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+            message = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
         elif kind == "missing":
             message = "field required"
         lines.append(f"{where}:{mark[0]}:{mark[1]}: {field}: {message}")

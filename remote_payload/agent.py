@@ -16,10 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 from typing import Any, Dict, List, Optional
 
+from remote_payload import streams, workspace
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
 
 PENDING_GRACE_S = 30.0
@@ -38,14 +38,6 @@ class Agent:
             raise AgentError("bad job id %r" % job_id)
         return os.path.join(self.root, "jobs", job_id)
 
-    def workspace(self, project: str) -> str:
-        if not project or "/" in project or project.startswith("."):
-            raise AgentError("bad project name %r" % project)
-        return os.path.join(self.root, "workspace", project)
-
-    def sync_state_path(self, project: str) -> str:
-        return os.path.join(self.root, "state", "sync-%s.json" % project)
-
     # -- facts and sync -------------------------------------------------------------
     def hello(self, project: Optional[str] = None, gpus: bool = False) -> Dict[str, Any]:
         out: Dict[str, Any] = {
@@ -55,71 +47,8 @@ class Agent:
         if gpus:
             out["gpus"] = count_gpus()
         if project:
-            state = read_json(self.sync_state_path(project)) or {"files": {}}
-            ws = self.workspace(project)
-            edited, missing = [], []
-            for rel, entry in state["files"].items():
-                try:
-                    st = os.lstat(os.path.join(ws, rel))
-                except OSError:
-                    missing.append(rel)
-                    continue
-                if st.st_size != entry.get("rsize") or st.st_mtime_ns != entry.get("rmtime_ns"):
-                    edited.append(rel)
-            out["sync"] = {"files": state["files"], "edited": sorted(edited), "missing": sorted(missing)}
+            out["sync"] = workspace.sync_state(self.root, project)
         return out
-
-    def receive(self, project: str) -> Dict[str, Any]:
-        """Read a tar stream: ``.orch-sync.json`` first, then changed files. Each file lands
-        under a temporary name and is renamed into place; then deletions; then the state."""
-        ws = self.workspace(project)
-        os.makedirs(ws, exist_ok=True)
-        old = (read_json(self.sync_state_path(project)) or {"files": {}})["files"]
-        control: Optional[Dict[str, Any]] = None
-        written = nbytes = 0
-        with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
-            for member in tar:
-                if control is None:
-                    if member.name != ".orch-sync.json":
-                        raise AgentError("sync stream must start with .orch-sync.json")
-                    control = json.loads(tar.extractfile(member).read().decode("utf-8"))
-                    continue
-                dest = safe_join(ws, member.name)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-" + os.path.basename(dest))
-                if member.issym():
-                    if os.path.lexists(tmp):
-                        os.unlink(tmp)
-                    os.symlink(member.linkname, tmp)
-                elif member.isfile():
-                    src = tar.extractfile(member)
-                    with open(tmp, "wb") as f:
-                        shutil.copyfileobj(src, f, 1 << 20)
-                    os.chmod(tmp, member.mode & 0o7777)
-                    nbytes += member.size
-                else:
-                    continue
-                if os.path.isdir(dest) and not os.path.islink(dest):
-                    shutil.rmtree(dest)
-                os.replace(tmp, dest)
-                written += 1
-        if control is None:
-            raise AgentError("empty sync stream")
-        deleted = 0
-        for rel in control["delete"]:
-            if rel in old and rel not in control["entries"]:
-                try:
-                    os.unlink(safe_join(ws, rel))
-                    deleted += 1
-                except FileNotFoundError:
-                    pass
-        files = {}
-        for rel, entry in control["entries"].items():
-            st = os.lstat(safe_join(ws, rel))
-            files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
-        os.makedirs(os.path.dirname(self.sync_state_path(project)), exist_ok=True)
-        atomic_write_json(self.sync_state_path(project), {"files": files})
-        return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": ws}
 
     # -- jobs ------------------------------------------------------------------------
     def launch(self, request: Dict[str, Any]) -> Dict[str, Any]:
@@ -132,17 +61,8 @@ class Agent:
         jobs = os.path.dirname(final)
         os.makedirs(jobs, exist_ok=True)
         tmp = os.path.join(jobs, ".tmp-%s-%d" % (job["job_id"], os.getpid()))
-        ws = self.workspace(request["project"])
-        state = read_json(self.sync_state_path(request["project"])) or {"files": {}}
-        code = os.path.join(tmp, "code")
-        os.makedirs(code)
-        for rel in state["files"]:
-            src, dst = safe_join(ws, rel), safe_join(code, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-            else:
-                os.link(src, dst)
+        os.makedirs(tmp)
+        workspace.snapshot(self.root, request["project"], os.path.join(tmp, "code"))
         os.makedirs(os.path.join(tmp, "logs"))
         atomic_write_json(os.path.join(tmp, "job.json"), job)
         if request.get("train") is not None:
@@ -224,44 +144,8 @@ class Agent:
         return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
 
     # -- logs and files --------------------------------------------------------------
-    def follow(self, job_id: str, offset: int, node: int, follow: bool) -> int:
-        path = os.path.join(self.job_dir(job_id), "logs", "node%d.log" % node)
-        out = sys.stdout.buffer
-        while True:
-            done = not follow or self.probe(job_id)["state"] in TERMINAL + ("lost", "unknown")
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    while True:
-                        chunk = f.read(1 << 16)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                        offset += len(chunk)
-                    out.flush()
-            except FileNotFoundError:
-                pass
-            if done:
-                return 0
-            time.sleep(0.2)
-
-    def tail_offset(self, job_id: str, node: int, lines: int) -> Dict[str, Any]:
-        """The byte offset where the last ``lines`` lines of the node log begin."""
-        path = os.path.join(self.job_dir(job_id), "logs", "node%d.log" % node)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            return {"offset": 0}
-        with open(path, "rb") as f:
-            start = max(0, size - max(lines, 1) * 512)
-            f.seek(start)
-            data = f.read()
-        cut = len(data)
-        for _ in range(lines + (1 if data.endswith(b"\n") else 0)):
-            cut = data.rfind(b"\n", 0, cut)
-            if cut < 0:
-                return {"offset": start}
-        return {"offset": start + cut + 1}
+    def log_path(self, job_id: str, node: int) -> str:
+        return os.path.join(self.job_dir(job_id), "logs", "node%d.log" % node)
 
     def manifest(self, job_id: str) -> Dict[str, Any]:
         d = self.job_dir(job_id)
@@ -272,36 +156,6 @@ class Agent:
             current = build_manifest(d, current)
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
         return current
-
-    def send(self, job_id: str) -> int:
-        """Stdin: JSON list of {path, offset}. Stdout: for each, a JSON header line
-        {path, offset, size} and ``size`` raw bytes; then {"end": true}."""
-        d = os.path.realpath(self.job_dir(job_id))
-        out = sys.stdout.buffer
-        for req in json.loads(sys.stdin.read()):
-            full = safe_join(d, req["path"])
-            if os.path.islink(full) or not os.path.realpath(full).startswith(d + os.sep):
-                raise AgentError("refusing to send %r" % req["path"])
-            with open(full, "rb") as f:
-                size = os.fstat(f.fileno()).st_size - int(req["offset"])
-                f.seek(int(req["offset"]))
-                out.write((json.dumps({"path": req["path"], "offset": req["offset"], "size": max(size, 0)}) + "\n").encode())
-                remaining = max(size, 0)
-                while remaining:
-                    chunk = f.read(min(remaining, 1 << 20))
-                    if not chunk:
-                        raise AgentError("%s shrank while being sent" % req["path"])
-                    out.write(chunk)
-                    remaining -= len(chunk)
-        out.write(b'{"end": true}\n')
-        out.flush()
-        return 0
-
-
-def safe_join(base: str, rel: str) -> str:
-    if not rel or os.path.isabs(rel) or ".." in rel.split("/") or "\x00" in rel:
-        raise AgentError("unsafe path %r" % rel)
-    return os.path.join(base, rel)
 
 
 def count_gpus() -> int:
@@ -352,6 +206,13 @@ def last_line(path: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def fail(message: str) -> int:
+    """A user-facing failure: one JSON line on stdout (after any partial stream), exit 4."""
+    sys.stdout.write("\n" + json.dumps({"error": message}) + "\n")
+    sys.stdout.flush()
+    return 4
+
+
 def main(root: str, payload_dir: str, argv: List[str]) -> int:
     agent = Agent(root, payload_dir)
     cmd, args = argv[0], argv[1:]
@@ -364,7 +225,7 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
         if cmd == "hello":
             result: Any = agent.hello(args[0] if args and args[0] != "-" else None, "--gpus" in args)
         elif cmd == "receive":
-            result = agent.receive(args[0])
+            result = workspace.receive(root, args[0], sys.stdin.buffer)
         elif cmd == "launch":
             result = agent.launch(json.loads(sys.stdin.read()))
         elif cmd == "status":
@@ -374,17 +235,22 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
         elif cmd == "resume":
             result = agent.resume(args[0])
         elif cmd == "follow":
-            return agent.follow(args[0], int(args[1]), int(args[2]), args[3] == "1")
+            job_id, offset, node, follow, heartbeat = args[0], int(args[1]), int(args[2]), args[3] == "1", float(args[4])
+            finished = lambda: agent.probe(job_id)["state"] in TERMINAL + ("lost", "unknown")  # noqa: E731
+            streams.follow(agent.log_path(job_id, node), offset, sys.stdout.buffer, finished, follow, heartbeat)
+            return 0
         elif cmd == "tail-offset":
-            result = agent.tail_offset(args[0], int(args[1]), int(args[2]))
+            result = {"offset": streams.tail_offset(agent.log_path(args[0], int(args[1])), int(args[2]))}
         elif cmd == "manifest":
             result = agent.manifest(args[0])
         elif cmd == "send":
-            return agent.send(args[0])
+            streams.send(agent.job_dir(args[0]), json.loads(sys.stdin.read()), sys.stdout.buffer)
+            return 0
         else:
             raise AgentError("unknown agent command %r" % cmd)
-    except (AgentError, OSError, ValueError, KeyError) as exc:
-        sys.stdout.write(json.dumps({"error": "%s: %s" % (type(exc).__name__, exc) if not isinstance(exc, AgentError) else str(exc)}) + "\n")
-        return 4
+    except (AgentError, workspace.SyncError, streams.StreamError) as exc:
+        return fail(str(exc))
+    except (OSError, ValueError, KeyError) as exc:
+        return fail("%s: %s" % (type(exc).__name__, exc))
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

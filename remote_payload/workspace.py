@@ -1,0 +1,146 @@
+"""Server side of sync: the per-project record, and receiving a tar stream of changes.
+
+Record: ``<root>/state/sync-<project>.json`` = {"files": {rel: {size, mtime_ns, mode, link,
+sha256 (laptop side), rsize, rmtime_ns (as written here)}}}. Before a receive starts, the
+incoming record is journaled as ``sync-<project>.pending.json``, so a file that orch wrote
+in a sync that was cut off is not mistaken for an edit made on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+from typing import IO, Any, Dict, List, Optional
+
+from remote_payload.common import atomic_write_json, read_json, sha256_file
+
+
+class SyncError(Exception):
+    pass
+
+
+def safe_join(base: str, rel: str) -> str:
+    if not rel or os.path.isabs(rel) or ".." in rel.split("/") or "\x00" in rel:
+        raise SyncError("unsafe path %r" % rel)
+    return os.path.join(base, rel)
+
+
+def _paths(root: str, project: str) -> Dict[str, str]:
+    if not project or "/" in project or project.startswith("."):
+        raise SyncError("bad project name %r" % project)
+    state = os.path.join(root, "state")
+    return {"ws": os.path.join(root, "workspace", project),
+            "record": os.path.join(state, "sync-%s.json" % project),
+            "pending": os.path.join(state, "sync-%s.pending.json" % project)}
+
+
+def record(root: str, project: str) -> Dict[str, Any]:
+    return (read_json(_paths(root, project)["record"]) or {"files": {}})["files"]
+
+
+def sync_state(root: str, project: str) -> Dict[str, Any]:
+    """The record, plus files edited (content differs from anything orch wrote) or deleted
+    on the server since. Only files whose size or mtime changed are hashed."""
+    p = _paths(root, project)
+    files = record(root, project)
+    pending = (read_json(p["pending"]) or {}).get("entries", {})
+    edited: List[str] = []
+    missing: List[str] = []
+    for rel, entry in files.items():
+        full = os.path.join(p["ws"], rel)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            missing.append(rel)
+            continue
+        if st.st_size == entry.get("rsize") and st.st_mtime_ns == entry.get("rmtime_ns"):
+            continue
+        if entry.get("link") is not None:
+            ours = os.path.islink(full) and os.readlink(full) in (entry["link"], (pending.get(rel) or {}).get("link"))
+        else:
+            digest = sha256_file(full) if os.path.isfile(full) else None
+            ours = digest is not None and digest in (entry.get("sha256"), (pending.get(rel) or {}).get("sha256"))
+        if not ours:
+            edited.append(rel)
+    return {"files": files, "edited": sorted(edited), "missing": sorted(missing)}
+
+
+def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
+    """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
+    changed files. Each file lands as ``.orch-tmp-<name>`` and is renamed into place (a
+    broken stream leaves no temporary behind); then deletions of recorded files; then the
+    record."""
+    p = _paths(root, project)
+    os.makedirs(p["ws"], exist_ok=True)
+    os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
+    old = record(root, project)
+    control: Optional[Dict[str, Any]] = None
+    written = nbytes = 0
+    tmp = None
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                if control is None:
+                    if member.name != ".orch-sync.json":
+                        raise SyncError("sync stream must start with .orch-sync.json")
+                    control = json.loads(tar.extractfile(member).read().decode("utf-8"))
+                    atomic_write_json(p["pending"], {"entries": control["entries"]})
+                    continue
+                dest = safe_join(p["ws"], member.name)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-" + os.path.basename(dest))
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                if member.issym():
+                    os.symlink(member.linkname, tmp)
+                elif member.isfile():
+                    with open(tmp, "wb") as f:
+                        shutil.copyfileobj(tar.extractfile(member), f, 1 << 20)
+                    os.chmod(tmp, member.mode & 0o7777)
+                    nbytes += member.size
+                else:
+                    continue
+                if os.path.isdir(dest) and not os.path.islink(dest):
+                    shutil.rmtree(dest)
+                os.replace(tmp, dest)
+                tmp = None
+                written += 1
+    except (tarfile.TarError, EOFError) as exc:
+        raise SyncError("the sync stream broke off: %s" % exc)
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
+    if control is None:
+        raise SyncError("empty sync stream")
+    deleted = 0
+    for rel in control["delete"]:
+        if rel in old and rel not in control["entries"]:
+            try:
+                os.unlink(safe_join(p["ws"], rel))
+                deleted += 1
+            except FileNotFoundError:
+                pass
+    files = {}
+    for rel, entry in control["entries"].items():
+        st = os.lstat(safe_join(p["ws"], rel))
+        files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
+    atomic_write_json(p["record"], {"files": files})
+    os.unlink(p["pending"])
+    return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
+
+
+def snapshot(root: str, project: str, code_dir: str) -> int:
+    """Hard-link every recorded file of the workspace into ``code_dir`` (symlinks copied)."""
+    ws = _paths(root, project)["ws"]
+    files = record(root, project)
+    os.makedirs(code_dir, exist_ok=True)
+    for rel in files:
+        src, dst = safe_join(ws, rel), safe_join(code_dir, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        else:
+            os.link(src, dst)
+    return len(files)

@@ -6,6 +6,7 @@ refuses an id that already exists on the host.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
 from orchestrator.plan import GRACE_S, HostFacts, Plan, build_plan, make_job_id
-from orchestrator.registry import JobRecord, Registry
+from orchestrator.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.remote import Remote
 from orchestrator.spec import LoadedSpec
+from orchestrator.testhooks import pause
 
 Say = Callable[[str], None]
 
@@ -47,7 +49,9 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         remote = Remote(host, transport)
         hello = remote.call("hello", project, "--gpus")
         facts = HostFacts.model_validate({k: hello.get(k) for k in HostFacts.model_fields if k in hello})
-        job_id = make_job_id(spec.name, datetime.now(), os.urandom(8))
+        key = submission_key(loaded, hosts)
+        earlier = registry.unconfirmed(key)
+        job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
         plan = build_plan(spec, loaded.text, str(workspace), project, hosts, [facts], job_id)
         if dry_run:
             return Submitted(plan, None, warnings)
@@ -56,15 +60,30 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         sync_plan = syncmod.plan_sync(workspace, files, hello.get("sync", {}), force)
         say(f"syncing {len(sync_plan.send)} changed file(s), {sync_plan.send_bytes / 2**20:.1f} MB"
             f"{f', deleting {len(sync_plan.delete)}' if sync_plan.delete else ''}")
+        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
+                     {"submission": key})
         summary = syncmod.send(remote, project, workspace, sync_plan)
-        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, "pending")
+        pause("after-sync")
         request = {"job": plan.job_json(), "train": plan.train, "project": project, "node_rank": 0}
-        reply = remote.call("launch", input=json.dumps(request).encode())
+        proc = remote.start("launch")
+        proc.write(json.dumps(request).encode())
+        pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
+        proc.close_stdin()
+        reply = remote.finish(proc, "launch")
         if reply.get("existing"):
-            raise RemoteError(f"{host.name}: a job {job_id} already exists there; not started twice")
+            say(f"{job_id} was already started by an interrupted submit of this file: not started twice")
+        else:
+            say(f"started {job_id} on {host.name}")
         registry.update(job_id, "pending", {})
-        say(f"started {job_id} on {host.name}")
         return Submitted(plan, summary, warnings)
+
+
+def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
+    """Identifies "the same submission": this spec file, this text, these hosts. A submit
+    cut off before the laptop saw the launch confirmed reuses its job id, so a rerun can
+    never start the job twice."""
+    material = "\0".join([str(loaded.path), loaded.text, *(h.name for h in hosts)])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
 def job_host(record: JobRecord, inventory: Inventory) -> Host:

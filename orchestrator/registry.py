@@ -17,6 +17,8 @@ from typing import Any, Iterator
 from orchestrator.errors import UsageError
 from orchestrator.home import orch_home
 
+SUBMITTING = "submitting"  # reserved by a submit that has not yet seen its launch confirmed
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -57,13 +59,21 @@ class Registry:
         db.execute("PRAGMA busy_timeout=30000")
         return db
 
-    def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str) -> None:
+    def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str,
+            detail: dict[str, Any] | None = None) -> None:
         now = time.time()
         with closing(self._connect()) as db, db:
             db.execute(
                 "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
-                (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, "{}", now),
+                (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, json.dumps(detail or {}), now),
             )
+
+    def unconfirmed(self, submission: str) -> JobRecord | None:
+        """The job reserved by an interrupted submit with this submission key, if any."""
+        for record in self._rows("WHERE state = ?", (SUBMITTING,)):
+            if record.detail.get("submission") == submission:
+                return record
+        return None
 
     def update(self, job_id: str, state: str, detail: dict[str, Any] | None = None) -> None:
         with closing(self._connect()) as db, db:

@@ -60,6 +60,20 @@ class Remote:
             self.call("hello")
         return self.transport.start(self.argv(command, *args))
 
+    def finish(self, proc: Process, what: str) -> Any:
+        """Read a started command's JSON reply to the end, like ``call`` does."""
+        chunks = []
+        while chunk := proc.read():
+            chunks.append(chunk)
+        code = proc.wait()
+        result = Result(self.host.name, proc.command, code, b"".join(chunks), proc.stderr)
+        value = parse_json(result)
+        if isinstance(value, dict) and "error" in value:
+            raise RemoteError(f"{self.host.name}: {what} failed: {value['error']}")
+        if not result.ok:
+            raise CommandFailed(result, what)
+        return value
+
 
 def parse_json(result: Result) -> Any:
     text = result.stdout[:MAX_JSON_BYTES].decode("utf-8", "replace").strip().splitlines()

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import pathspec
 
-from orchestrator.errors import RemoteError, UsageError
-from orchestrator.remote import Remote, parse_json
-from orchestrator.transport.base import Process, Result
+from orchestrator.errors import UsageError
+from orchestrator.remote import Remote
+from orchestrator.transport.base import Process
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
@@ -192,19 +192,12 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
 
     writer = threading.Thread(target=produce, daemon=True)
     writer.start()
-    chunks = []
-    while chunk := proc.read():
-        chunks.append(chunk)
-    code = proc.wait()
-    writer.join()
-    result = Result(remote.host.name, proc.command, code, b"".join(chunks), proc.stderr)
-    value = parse_json(result)
-    if isinstance(value, dict) and "error" in value:
-        raise RemoteError(f"{remote.host.name}: sync failed: {value['error']}")
+    try:
+        value = remote.finish(proc, "sync")
+    finally:
+        writer.join()
     if error:
         raise error[0]
-    if not result.ok:
-        raise RemoteError(f"{remote.host.name}: sync failed (exit {code})")
     return value
 
 

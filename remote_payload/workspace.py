@@ -8,6 +8,7 @@ in a sync that was cut off is not mistaken for an edit made on the server.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -69,12 +70,14 @@ def sync_state(root: str, project: str) -> Dict[str, Any]:
 
 def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
-    changed files. Each file lands as ``.orch-tmp-<name>`` and is renamed into place (a
+    changed files. Each file lands as ``.orch-tmp-<pid>-<name>`` and is renamed into place (a
     broken stream leaves no temporary behind); then deletions of recorded files; then the
     record."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
+    lock = open(p["record"] + ".lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one receive per project at a time; released at exit
     old = record(root, project)
     control: Optional[Dict[str, Any]] = None
     written = nbytes = 0
@@ -90,7 +93,7 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
                     continue
                 dest = safe_join(p["ws"], member.name)
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
-                tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-" + os.path.basename(dest))
+                tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-%d-%s" % (os.getpid(), os.path.basename(dest)))
                 if os.path.lexists(tmp):
                     os.unlink(tmp)
                 if member.issym():

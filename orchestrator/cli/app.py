@@ -19,7 +19,8 @@ class App:
 
     def __init__(self) -> None:
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
-        self.out = Console(highlight=False, soft_wrap=True)
+        # Piped output (scripts, grep) gets full rows instead of an 80-column wrap.
+        self.out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
 
     @cached_property
     def inventory(self) -> Inventory:

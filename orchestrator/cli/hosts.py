@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from rich.table import Table
 
@@ -38,6 +40,21 @@ def _trust(app: App, host: Host) -> Host:
     return pinned
 
 
+def _kept_key(app: App, old: Host, new: Host, keep_key: bool) -> str | None:
+    """Re-adding a host keeps its pinned key when the address is the same; after a move
+    (a new port after an AutoDL restart) only when the user confirms or passes --keep-key."""
+    if (old.address, old.port) == (new.address, new.port) or keep_key:
+        return old.host_key
+    if sys.stdin.isatty() and click.confirm(
+        f"{old.name} moved from {old.address}:{old.port} to {new.address}:{new.port}. "
+        "Keep requiring the same host key (yes for a restarted instance)?", default=True, err=True
+    ):
+        return old.host_key
+    app.say(f"{old.name}: the pinned host key was dropped (the address changed); pin the new one with "
+            f"`orch hosts trust {old.name}` or pass --keep-key")
+    return None
+
+
 @hosts_group.command("add")
 @click.argument("name")
 @click.option("--ssh", "ssh_command", required=True, help='What the provider shows, e.g. "ssh -p 23456 root@host".')
@@ -47,9 +64,10 @@ def _trust(app: App, host: Host) -> Host:
 @click.option("--python", "python", default=None, help="The host's python (found through a login shell).")
 @click.option("--preset", "presets", multiple=True, type=click.Choice(sorted(PRESETS)), help="Provider preset.")
 @click.option("--trust", is_flag=True, help="Connect now and pin the host key the server offers.")
+@click.option("--keep-key", is_flag=True, help="When the address or port changed, keep checking the pinned key.")
 @pass_app
 def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, password_env: str | None,
-            root: str | None, python: str | None, presets: tuple[str, ...], trust: bool) -> None:
+            root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool) -> None:
     """Add or update a host.
 
     \b
@@ -69,10 +87,11 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     old = app.inventory.get(name) if (app.inventory.dir / f"{name}.json").is_file() else None
     try:
         host = Host(name=name, password_env=password_env, root=root or preset_root or DEFAULT_ROOT,
-                    python=python or "python3", presets=list(presets),
-                    host_key=old.host_key if old else None, **fields)  # type: ignore[arg-type]
+                    python=python or "python3", presets=list(presets), **fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(f"invalid host: {exc}") from None
+    if old is not None and old.host_key:
+        host = host.model_copy(update={"host_key": _kept_key(app, old, host, keep_key)})
     app.inventory.save(host)
     app.say(f"saved {name}: {host.target}, root {host.root}")
     if trust:

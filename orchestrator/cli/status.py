@@ -12,6 +12,7 @@ from rich.table import Table
 from orchestrator.cli.app import App, pass_app
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import HostError, UsageError
+from orchestrator.registry import SUBMITTING
 from orchestrator.remote import Remote
 from orchestrator.termtext import clean
 
@@ -38,6 +39,9 @@ def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
             continue
         for job_id in ids:
             status = jobs.get(job_id)
+            if out[job_id]["state"] == SUBMITTING and isinstance(status, dict) and status.get("state") == "unknown":
+                out[job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
+                continue
             if isinstance(status, dict) and isinstance(status.get("state"), str):
                 app.registry.update(job_id, status["state"], status)
                 out[job_id] = dict(status, job_id=job_id)
@@ -50,7 +54,7 @@ def _row(record: Any, status: dict[str, Any]) -> list[str]:
     ended = status.get("ended") if isinstance(status.get("ended"), (int, float)) else time.time()
     started = status.get("started") if isinstance(status.get("started"), (int, float)) else record.created
     state = str(status.get("state")) + (" (stale)" if status.get("stale") else "")
-    return [record.job_id, state, ",".join(record.hosts), str(metrics.get("step", "")),
+    return [record.job_id, state, ",".join(record.hosts), clean(str(metrics.get("step", ""))),
             f"{loss:.4f}" if isinstance(loss, (int, float)) else "", f"{max(ended - started, 0):.0f}s",
             clean(str(status.get("reason") or ""))[:60]]
 
@@ -77,8 +81,9 @@ def status_cmd(app: App, job: str | None, as_json: bool) -> None:
         click.echo("no jobs yet: orch submit JOB.yaml")
         return
     table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED", "REASON"):
-        table.add_column(column)
+    for column in ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("REASON")
     for r in records:
         table.add_row(*_row(r, statuses[r.job_id]))
     app.out.print(table)

@@ -87,12 +87,17 @@ class SSHProcess(Process):
             pass
 
     def read(self, size: int = 65536) -> bytes:
+        """Stdout bytes; ``b""`` at the command's EOF. A dropped connection raises
+        ``HostError`` rather than looking like an EOF."""
         try:
-            return self._chan.recv(size)
+            data = self._chan.recv(size)
         except socket.timeout:
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._t.lost(exc) from None
+        if not data and self._chan.recv_exit_status() == -1:  # closed with no exit status: dropped
+            raise self._t.lost(None)
+        return data
 
     def settimeout(self, seconds: float | None) -> None:
         """Make ``read`` raise ``socket.timeout`` after ``seconds`` without data."""

@@ -1,0 +1,134 @@
+"""Connections cut or stalled mid-sync, mid-fetch, mid-follow and mid-submit (issue 4, 1-4)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import Orch, write_job
+from tests.faults.proxy import FaultProxy
+
+
+def digest_tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def big_workspace(orch: Orch, host: str) -> Path:
+    spec = write_job(orch.cwd, "big", host, ["python", "-c", "print('ok')"])
+    ws = orch.cwd / "ws"
+    for i in range(30):
+        (ws / f"shard-{i:02d}.bin").write_bytes(os.urandom(200_000))
+    return spec
+
+
+def test_sync_cut_midway_fails_cleanly_and_the_next_sync_completes(orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    spec = big_workspace(orch, flaky)
+    proxy.cut_after(2_000_000, "up")
+    out = orch("submit", str(spec), check=3)
+    assert "connection to flaky" in out.stderr and "lost" in out.stderr and "Traceback" not in out.stderr
+    dest = orch.remote_root / "workspace" / "ws"
+    time.sleep(1)  # the server side notices the broken stream and cleans up
+    local = digest_tree(orch.cwd / "ws")
+    for rel, digest in digest_tree(dest).items():
+        assert ".orch-tmp-" not in rel
+        assert local[rel] == digest, f"{rel} stands half-written under its final name"
+    assert len(digest_tree(dest)) < len(local)  # the cut really happened mid-sync
+    done = json.loads(orch("submit", str(spec), "--follow", "--json").stdout)
+    assert done["state"] == "succeeded"
+    assert digest_tree(dest) == local
+
+
+def test_fetch_cut_midway_resumes_from_the_part_file(orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    spec = write_job(orch.cwd, "out", flaky, ["python", "make.py"])
+    (orch.cwd / "ws" / "make.py").write_text(
+        "import os, pathlib\nout = pathlib.Path(os.environ['ORCH_JOB_DIR']) / 'outputs'\nout.mkdir()\n"
+        "(out / 'weights.bin').write_bytes(os.urandom(8_000_000))\n")
+    job = json.loads(orch("submit", str(spec), "--follow", "--json").stdout)["job_id"]
+    proxy.cut_after(3_000_000, "down")
+    out = orch("fetch", job, check=3)
+    assert "lost" in out.stderr or "broke off" in out.stderr
+    part = orch.cwd / "runs" / job / "outputs" / "weights.bin.part"
+    final = part.with_name("weights.bin")
+    assert part.is_file() and 0 < part.stat().st_size < 8_000_000 and not final.exists()
+    again = orch("fetch", job)
+    moved_mb = float(again.stdout.split("(")[1].split(" MB")[0])
+    assert moved_mb < 7.5  # resumed, not restarted
+    assert final.read_bytes() == (orch.job_dir(job) / "outputs" / "weights.bin").read_bytes()
+    assert not part.exists()
+
+
+COUNTER = """\
+import sys, time
+for i in range(int(sys.argv[1])):
+    print(f"tick {i:04d}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_line(
+        orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    spec = write_job(orch.cwd, "tick", flaky, ["python", "tick.py", "80"])
+    (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
+    job = orch.json("submit", str(spec))["job_id"]
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
+                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "0.5"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
+    deadline = time.time() + 60
+    while "tick 0010" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(0.1)
+    proxy.cut()
+    time.sleep(1.5)
+    proxy.freeze()  # the reconnected stream now stalls without closing
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    ticks = [l for l in out.splitlines() if l.startswith("tick ")]
+    assert ticks == [f"tick {i:04d}" for i in range(80)]
+    assert "reconnecting" in err and "stalled" in err
+
+
+def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+    spec = write_job(orch.cwd, "once", flaky, ["python", "-c", "print('ran once')"])
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd,
+                            env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (hooks / f"{point}.reached").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert (hooks / f"{point}.reached").exists()
+    proxy.cut()
+    (hooks / f"{point}.go").touch()
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    return spec, proc
+
+
+def test_submit_cut_after_sync_starts_nothing_and_the_rerun_starts_once(
+        orch: Orch, flaky: str, proxy: FaultProxy, tmp_path: Path) -> None:
+    spec, _ = _submit_cut_at(orch, flaky, proxy, "after-sync", tmp_path)
+    assert not list((orch.remote_root / "jobs").glob("once-*"))
+    assert "submit was interrupted before launch" in orch("status").stdout
+    assert orch.json("ls")[0]["state"] == "submitting"
+    done = json.loads(orch("submit", str(spec), "--follow", "--json").stdout)
+    assert done["state"] == "succeeded"
+    assert len(list((orch.remote_root / "jobs").glob("once-*"))) == 1
+
+
+def test_submit_cut_right_after_launch_never_starts_a_duplicate(
+        orch: Orch, flaky: str, proxy: FaultProxy, tmp_path: Path) -> None:
+    spec, _ = _submit_cut_at(orch, flaky, proxy, "launch-sent", tmp_path)
+    again = orch("submit", str(spec), "--follow", "--json")
+    assert "already started by an interrupted submit" in again.stderr
+    jobs = list((orch.remote_root / "jobs").glob("once-*"))
+    assert len(jobs) == 1 and json.loads(again.stdout)["job_id"] == jobs[0].name
+    lines = (jobs[0] / "logs" / "node0.log").read_text().splitlines()
+    assert lines.count("ran once") == 1 and sum(l.startswith("[orch] starting:") for l in lines) == 1
+    assert len(orch.json("ls")) == 1

@@ -87,12 +87,18 @@ def load_examples(
     """Read, subset and tokenize a jsonl file; every example ends with EOS and fits `max_length`."""
     rows = _subset(_read_jsonl(Path(path), ("text",) if fmt == "text" else ("instruction", "output")), sample, seed)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+    def tokenize(texts: list[str], special: bool = True) -> list[list[int]]:
+        # Truncating here gives the same result as slicing the concatenation later, and in chunks
+        # the tokenizer's per-text objects for a large file never all exist at once.
+        return [ids for i in range(0, len(texts), 1024) for ids in tokenizer(
+            texts[i : i + 1024], add_special_tokens=special, truncation=True, max_length=max_length)["input_ids"]]
+
     if fmt == "text":
-        ids = tokenizer([r["text"] for r in rows])["input_ids"]
-        return [Example(x[:max_length], x[:max_length]) for x in (i + eos for i in ids)]
+        return [Example(x[:max_length], x[:max_length]) for x in (i + eos for i in tokenize([r["text"] for r in rows]))]
     prompts = [(PROMPT if r.get("input") else PROMPT_NO_INPUT).format(instruction=r["instruction"], input=r.get("input", "")) for r in rows]
-    prompt_ids = tokenizer(prompts)["input_ids"]
-    answer_ids = tokenizer([r["output"] for r in rows], add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenize(prompts)
+    answer_ids = tokenize([r["output"] for r in rows], special=False)
     out = []
     for p, a in zip(prompt_ids, answer_ids):
         a = a + eos

@@ -56,9 +56,11 @@ class Throughput:
     """Counts tokens between two `report` calls and turns them into rates."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.tokens = 0
         self.label_tokens = 0
-        self.steps = 0
         self.started = time.perf_counter()
 
     def add(self, tokens: int, label_tokens: int) -> None:
@@ -69,7 +71,7 @@ class Throughput:
         """Rates over the interval, given the interval's token counts summed over ranks; then reset."""
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         out = {"tokens_per_s": world_tokens / elapsed, "label_tokens_per_s": world_label_tokens / elapsed, "interval_s": elapsed}
-        self.__init__()
+        self._reset()
         return out
 
 

@@ -77,9 +77,14 @@ def optimizer_step(
 
 
 def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.AbstractContextManager) -> torch.Tensor:
-    """Summed (not averaged) next-token cross-entropy over the batch's label tokens, in fp32."""
+    """Summed (not averaged) next-token cross-entropy over the batch's label tokens, in fp32.
+
+    No attention mask is passed: batches are right-padded and attention is causal, so padding
+    never influences a real token (and pads are never targets). Without a mask SDPA takes its
+    `is_causal` (flash) path instead of materialising a mask.
+    """
     with autocast:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logits = model(input_ids=batch.input_ids).logits
     return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE, reduction="sum")
 
 
@@ -150,6 +155,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     # ---- the loop
     metrics_log = metrics.MetricsLog(out / "metrics.jsonl", info.is_main)
     peak_flops = metrics.device_peak_flops(info.device) if amp_dtype else None
+    flops_per_token = metrics.flops_per_token(n_total, n_trainable)
     meter = metrics.Throughput()
     interval_loss = torch.zeros((), device=info.device)
     log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
@@ -157,13 +163,36 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
 
     def save() -> None:
         nonlocal saved_step
-        progress = checkpoint.Progress(step, epoch, step_in_epoch, info.world_size, tokens_seen, labels_seen)
-        checkpoint.save_checkpoint(info, out, raw_model, cfg, progress, optimizer, scheduler, scaler)
+        now = checkpoint.Progress(step, epoch, step_in_epoch, info.world_size, tokens_seen, labels_seen)
+        checkpoint.save_checkpoint(info, out, raw_model, cfg, now, optimizer, scheduler, scaler)
         saved_step = step
+
+    def report(lr: float, grad_norm: torch.Tensor) -> None:
+        """metrics.jsonl + a progress line for the steps since the last report (syncs once)."""
+        counts = torch.tensor([meter.label_tokens, meter.tokens], dtype=torch.float64)
+        stats = torch.cat([interval_loss.double().cpu().view(1), counts])
+        loss_total, label_total, token_total = distributed.all_reduce_sum(info, stats).tolist()
+        interval_loss.zero_()
+        rates = meter.report(token_total, label_total)
+        mfu = rates["tokens_per_s"] / info.world_size * flops_per_token / peak_flops if peak_flops else None
+        row = {"step": step, "epoch": epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr, "grad_norm": float(grad_norm),
+               **rates, "peak_mem_mb": metrics.peak_memory_mb(info.device), "mfu": mfu}
+        if scaler.is_enabled():
+            row["scale"] = scaler.get_scale()
+        metrics_log.write(row)
+        log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB", step, total_steps,
+                 epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"], row["peak_mem_mb"])
+
+    def run_eval() -> None:
+        nonlocal evaluated_step
+        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
+        evaluated_step, ppl = step, math.exp(min(eval_loss, 50.0))
+        metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": ppl})
+        log.info("step %d | eval loss %.4f | perplexity %.2f", step, eval_loss, ppl)
 
     stopping = False  # set from the all-ranks stop vote, so every rank leaves the loop at the same step
     while step < total_steps and not stopping:
-        if step_in_epoch == steps_per_epoch:
+        if step_in_epoch >= steps_per_epoch:  # ">": resumed with more processes, so shorter epochs
             epoch, step_in_epoch = epoch + 1, 0
         batches = data.train_batches(train_set, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
                                      seed=cfg.seed, epoch=epoch, start=step_in_epoch * cfg.grad_accum,
@@ -192,26 +221,9 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
             meter.add(n_tokens, n_labels)
 
             if step % cfg.log_every == 0 or step == total_steps:
-                stats = torch.stack([interval_loss.double().cpu(), torch.tensor(float(meter.label_tokens), dtype=torch.float64),
-                                     torch.tensor(float(meter.tokens), dtype=torch.float64)])
-                loss_total, label_total, token_total = distributed.all_reduce_sum(info, stats).tolist()
-                rates = meter.report(token_total, label_total)
-                row = {"step": step, "epoch": epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr,
-                           "grad_norm": float(grad_norm), **rates, "peak_mem_mb": metrics.peak_memory_mb(info.device),
-                           "mfu": (rates["tokens_per_s"] / info.world_size * metrics.flops_per_token(n_total, n_trainable)
-                                   / peak_flops) if peak_flops else None}
-                if scaler.is_enabled():
-                    row["scale"] = scaler.get_scale()
-                metrics_log.write(row)
-                log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB",
-                         step, total_steps, epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"],
-                         row["peak_mem_mb"])
-                interval_loss.zero_()
+                report(lr, grad_norm)
             if eval_set and (step % cfg.eval_every == 0 or step == total_steps):
-                eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
-                evaluated_step = step
-                metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": math.exp(min(eval_loss, 50.0))})
-                log.info("step %d | eval loss %.4f | perplexity %.2f", step, eval_loss, math.exp(min(eval_loss, 50.0)))
+                run_eval()
             if step % cfg.save_every == 0 or step == total_steps:
                 save()
 
@@ -225,8 +237,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     if step != saved_step:
         save()
     if eval_set and evaluated_step != step:
-        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
-        metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": math.exp(min(eval_loss, 50.0))})
+        run_eval()
     if info.is_main:
         report = export.export_outputs(raw_model, tokenizer, cfg, out)
         metrics_log.write({"step": step, "export": report})

@@ -31,6 +31,7 @@ def test_lora_trains_an_adapter_and_leaves_base_weights_untouched(assets: Path, 
     adapter = load_file(tmp_path / "outputs" / "adapter_model.safetensors")
     assert adapter and _no_wrapper_prefixes(list(adapter)) and all("lora_" in k for k in adapter)
     assert set(adapter) == set(load_file(tmp_path / "checkpoints" / "step-30" / "adapter_model.safetensors"))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-20", "step-30"]  # keep_checkpoints: 2
     base = AutoModelForCausalLM.from_pretrained(assets / "tiny-gpt2")
     original = {k: v.clone() for k, v in base.state_dict().items()}
     peft_model = PeftModel.from_pretrained(base, tmp_path / "outputs")

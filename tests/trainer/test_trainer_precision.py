@@ -48,6 +48,15 @@ def test_the_scaler_unscales_before_clipping() -> None:
     assert float(norm) == pytest.approx((20 * 4.0) ** 0.5)
 
 
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_lr_warms_up_linearly_then_follows_the_schedule(schedule: str) -> None:
+    f = functools.partial(lr_factor, warmup=4, total=20, schedule=schedule)
+    assert [f(i) for i in range(4)] == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    assert f(4) == 1.0
+    assert f(20) == pytest.approx(1.0 if schedule == "constant" else 0.0)
+    assert f(12) == pytest.approx({"cosine": 0.5, "linear": 0.5, "constant": 1.0}[schedule])
+
+
 def test_auto_precision_is_fp32_on_cpu() -> None:
     assert resolve_precision("auto", torch.device("cpu")) is None
     assert resolve_precision("bf16", torch.device("cpu")) is torch.bfloat16

@@ -109,7 +109,8 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
         for entry in wanted.values():
             part = dest / (entry.path + ".part")
             offset = part.stat().st_size if part.is_file() else 0
-            requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0})
+            requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
+        running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
         say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB")
         proc = remote.start("send", record.job_id)
         proc.write(json.dumps(requests).encode())
@@ -118,10 +119,17 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
         for req in requests:
             header = reader.header()
             entry = wanted.get(header.get("path", ""))
+            size = header.get("size")
             if entry is None or header.get("path") != req["path"] or header.get("offset") != req["offset"] \
-                    or header.get("size") != entry.size - req["offset"]:
+                    or not isinstance(size, int) or not 0 <= size <= entry.size - req["offset"]:
                 raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
-            summary.bytes += _receive(reader, dest, entry, req["offset"])
+            try:
+                summary.bytes += _receive(reader, dest, entry, req["offset"], size)
+            except ChangedWhileFetching as exc:
+                if not running:
+                    raise RemoteError(str(exc)) from None
+                say(f"skipped {entry.path}: it changed while the job runs (fetch again later)")
+                continue
             summary.fetched.append(entry.path)
         if reader.header() != {"end": True}:
             raise RemoteError(f"{host.name}: the file stream did not end cleanly")
@@ -159,18 +167,23 @@ class _Reader:
         return out
 
 
-def _receive(reader: _Reader, dest: Path, entry: Entry, offset: int) -> int:
+class ChangedWhileFetching(Exception):
+    pass
+
+
+def _receive(reader: _Reader, dest: Path, entry: Entry, offset: int, size: int) -> int:
+    """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
+    place only when it has the manifest's size and sha256."""
     final = dest / entry.path
     part = dest / (entry.path + ".part")
     final.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    mode = "r+b" if offset else "wb"
     if offset:
         with open(part, "rb") as f:
             while block := f.read(1 << 20):
                 h.update(block)
-    remaining = entry.size - offset
-    with open(part, mode) as f:
+    remaining = size
+    with open(part, "r+b" if offset else "wb") as f:
         f.seek(offset)
         f.truncate()
         while remaining:
@@ -178,8 +191,8 @@ def _receive(reader: _Reader, dest: Path, entry: Entry, offset: int) -> int:
             f.write(data)
             h.update(data)
             remaining -= len(data)
-    if h.hexdigest() != entry.sha256:
+    if offset + size != entry.size or h.hexdigest() != entry.sha256:
         part.unlink()
-        raise RemoteError(f"{entry.path}: sha256 mismatch after download (discarded; fetch again)")
+        raise ChangedWhileFetching(f"{entry.path}: size or sha256 differs from the manifest (discarded; fetch again)")
     os.replace(part, final)
-    return entry.size - offset
+    return size

@@ -95,7 +95,9 @@ class Agent:
                 return {"job_id": job_id, "state": "pending"}
             return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
         st["job_id"] = job_id
-        if st["state"] not in TERMINAL:
+        if st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
+            pass  # resumed: the new supervisor is starting
+        elif st["state"] not in TERMINAL:
             if st.get("boot_id") != boot_id():
                 st.update(state="lost", reason="the server restarted since the job started")
             elif not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
@@ -139,7 +141,7 @@ class Agent:
             raise AgentError("job %s is %s; only a failed, lost or cancelled job can be resumed" % (job_id, st["state"]))
         d = self.job_dir(job_id)
         old = read_json(os.path.join(d, "status.json")) or {}
-        old.update(state="pending", reason="resuming", supervisor_pid=None)
+        old.update(state="pending", reason="resuming", supervisor_pid=None, heartbeat=time.time())
         atomic_write_json(os.path.join(d, "status.json"), old)
         return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
 
@@ -155,6 +157,7 @@ class Agent:
         if not (st["state"] in TERMINAL and isinstance(current, dict)):
             current = build_manifest(d, current)
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
+        current["state"] = st["state"]
         return current
 
 

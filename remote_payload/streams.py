@@ -5,7 +5,9 @@ heartbeat (sent when the log is quiet, so the laptop can tell a quiet job from a
 connection), ``E`` end (the job is terminal and the log drained).
 
 ``send`` frames: a JSON header line {path, offset, size}, then ``size`` raw bytes; a final
-``{"end": true}`` line.
+``{"end": true}`` line. ``size`` is at most the requested size less the offset, so a file
+that grows while a running job is fetched is sent as the manifest listed it; it is less
+only when the file shrank.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ def send(job_dir: str, requests: List[Dict[str, Any]], out: IO[bytes]) -> None:
         offset = int(req["offset"])
         with open(full, "rb") as f:
             size = max(os.fstat(f.fileno()).st_size - offset, 0)
+            if "size" in req:  # the manifest's size: a growing file is sent as it was listed
+                size = min(size, max(int(req["size"]) - offset, 0))
             f.seek(offset)
             out.write((json.dumps({"path": rel, "offset": offset, "size": size}) + "\n").encode())
             remaining = size

@@ -47,7 +47,7 @@ def test_a_corrupt_part_file_is_discarded_not_renamed(orch: Orch, finished: str)
     part.parent.mkdir(parents=True)
     part.write_bytes(b"\0" * 1000)
     out = orch("fetch", finished, check=4)
-    assert "sha256 mismatch" in out.stderr and not (part.parent / "model.bin").exists() and not part.exists()
+    assert "size or sha256 differs from the manifest" in out.stderr and not (part.parent / "model.bin").exists() and not part.exists()
     orch("fetch", finished)
     assert (part.parent / "model.bin").stat().st_size == 3_000_000
 

@@ -140,7 +140,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
         find_unused_parameters=False, gradient_as_bucket_view=True,
     ) if ddp else raw_model
     params = [p for p in raw_model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type == "cuda")
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
     scaler = torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16)

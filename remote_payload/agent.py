@@ -249,6 +249,10 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
         elif cmd == "send":
             streams.send(agent.job_dir(args[0]), json.loads(sys.stdin.read()), sys.stdout.buffer)
             return 0
+        elif cmd == "preflight":
+            from remote_payload import preflight  # standard library only, like this module
+
+            result = preflight.collect(root, args)
         else:
             raise AgentError("unknown agent command %r" % cmd)
     except (AgentError, workspace.SyncError, streams.StreamError) as exc:

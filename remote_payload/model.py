@@ -15,6 +15,7 @@ import os
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
 
 import torch
 
@@ -53,10 +54,8 @@ def _from_hub(repo_id: str) -> Path:
             raise TrainSetupError(f"model {repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
         return path
     endpoint = constants.ENDPOINT
-    url = urlparse(endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        socket.create_connection((url.hostname or "", port), timeout=5).close()
+        _probe(endpoint)
     except OSError as exc:
         if (path := cached()) is not None:
             log.warning("cannot reach %s (%s); using the cached copy of %s", endpoint, exc, repo_id)
@@ -73,6 +72,16 @@ def _from_hub(repo_id: str) -> Path:
     except Exception as exc:  # huggingface_hub raises many types; the user needs the one line
         raise TrainSetupError(f"cannot download model {repo_id} from {endpoint}: {exc}") from None
     return path
+
+
+def _probe(url: str, timeout: float = 5.0) -> None:
+    """Open (and close) a TCP connection to `url`'s host, or to the proxy that would carry it
+    (http(s)_proxy, e.g. AutoDL's network_turbo); raises OSError when it cannot."""
+    target = urlparse(url)
+    proxy = getproxies().get(target.scheme) if not proxy_bypass(target.hostname or "") else None
+    hop = urlparse(proxy if "://" in (proxy or "://") else f"http://{proxy}") if proxy else target
+    port = hop.port or (443 if hop.scheme == "https" else 80)
+    socket.create_connection((hop.hostname or "", port), timeout=timeout).close()
 
 
 def _from_modelscope(model_id: str) -> Path:

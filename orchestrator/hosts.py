@@ -39,6 +39,8 @@ class Host(BaseModel):
     python: str = "python3"
     presets: list[str] = Field(default_factory=list)
     host_key: str | None = Field(None, description="Pinned key as '<type> <base64>'.")
+    price_per_hour: float | None = Field(
+        None, ge=0, description="What the box costs per hour (any currency); `orch status` estimates cost.")
 
     @property
     def target(self) -> str:

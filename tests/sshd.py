@@ -70,7 +70,7 @@ def start_sshd(workdir: Path, host_key: Path | None = None, port: int | None = N
     config = workdir / "sshd_config"
     config.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {workdir}/sshd.pid\n"
-        f"AuthorizedKeysFile {auth}\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n"
+        f"AuthorizedKeysFile {auth} .ssh/authorized_keys\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n"
         "PasswordAuthentication yes\nKbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n"
         "LogLevel ERROR\nMaxStartups 100:30:200\nMaxSessions 100\nClientAliveInterval 0\n"
     )

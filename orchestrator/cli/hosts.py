@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.table import Table
 
+from orchestrator import keys
 from orchestrator.cli.app import App, pass_app
-from orchestrator.connect import open_transport
-from orchestrator.errors import UsageError
+from orchestrator.connect import never, open_transport
+from orchestrator.errors import CommandFailed, HostError, UsageError
 from orchestrator.hosts import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
 from orchestrator.presets import PRESETS
 from orchestrator.remote import Remote
@@ -65,17 +67,30 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool) -> str | None:
 @click.option("--preset", "presets", multiple=True, type=click.Choice(sorted(PRESETS)), help="Provider preset.")
 @click.option("--trust", is_flag=True, help="Connect now and pin the host key the server offers.")
 @click.option("--keep-key", is_flag=True, help="When the address or port changed, keep checking the pinned key.")
+@click.option("--install-key", is_flag=True,
+              help="Log in once with --password-env, install your public key, and use the key from then on.")
+@click.option("--key", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The key for --install-key (default ~/.ssh/id_ed25519 or id_rsa; made when none exists).")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), default=None,
+              help="What the box costs per hour: `orch status` shows a cost estimate.")
 @pass_app
 def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, password_env: str | None,
-            root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool) -> None:
+            root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool,
+            install_key: bool, key: Path | None, price_per_hour: float | None) -> None:
     """Add or update a host.
 
     \b
     Examples:
       orch hosts add box --ssh "ssh -p 23456 root@region-9.example.com" --identity ~/.ssh/id_ed25519 --trust
       AUTODL_PW=... orch hosts add a100 --ssh "ssh -p 40022 root@connect.example.com" \\
-          --password-env AUTODL_PW --preset autodl --trust
+          --password-env AUTODL_PW --preset autodl --trust --price-per-hour 1.98
+      AUTODL_PW=... orch hosts add a100 --ssh "ssh -p 40022 root@connect.example.com" \\
+          --password-env AUTODL_PW --install-key --trust     # from then on: the key, no password
     """
+    if install_key and not password_env:
+        raise UsageError("--install-key logs in once with a password: add --password-env VAR")
+    if key is not None and not install_key:
+        raise UsageError("--key goes with --install-key (for a key you already use: --identity FILE)")
     if name == LOCAL:
         raise UsageError("`local` is built in")
     if password_env is not None and not ENV_KEY_RE.match(password_env):
@@ -87,7 +102,8 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     old = app.inventory.get(name) if (app.inventory.dir / f"{name}.json").is_file() else None
     try:
         host = Host(name=name, password_env=password_env, root=root or preset_root or DEFAULT_ROOT,
-                    python=python or "python3", presets=list(presets), **fields)  # type: ignore[arg-type]
+                    python=python or "python3", presets=list(presets), price_per_hour=price_per_hour,
+                    **fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(f"invalid host: {exc}") from None
     if old is not None and old.host_key:
@@ -96,8 +112,31 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     app.say(f"saved {name}: {host.target}, root {host.root}")
     if trust:
         _trust(app, host)
-    elif host.host_key is None:
+    elif host.host_key is None and not install_key:
         app.say(f"its host key is not pinned yet: orch hosts trust {name}")
+    if install_key:
+        _install_key(app, app.inventory.get(name), key)
+
+
+def _install_key(app: App, host: Host, key: Path | None) -> None:
+    """Password login once → key appended remotely → key-only login verified → entry saved
+    with ``identity_file`` and without ``password_env``. On failure the entry stays as it was."""
+    private, public_line = keys.choose_key(key, app.say)
+    with open_transport(host, app.inventory) as transport:
+        done = keys.install_key(transport, host, public_line)
+    app.say(f"{host.name}: key {private} {'was already' if done == 'present' else 'is now'} in ~/.ssh/authorized_keys")
+    host = app.inventory.get(host.name)
+    keyed = host.model_copy(update={"identity_file": str(private), "password_env": None})
+    try:
+        with open_transport(keyed, None, never) as transport:
+            result = transport.run(["true"], timeout=60)
+    except HostError as exc:
+        raise HostError(f"the key was installed, but a login with it alone failed; {host.name} keeps using "
+                        f"${host.password_env}.\n{exc}") from None
+    if not result.ok:
+        raise CommandFailed(result, "a test command over the key login")
+    app.inventory.save(keyed)
+    app.say(f"{host.name}: logged in with the key alone; saved identity {private}, the password is no longer used")
 
 
 @hosts_group.command("trust")

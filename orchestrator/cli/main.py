@@ -12,7 +12,7 @@ import sys
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import cancel, check, fetch, hosts, logs, resume, status, submit
+from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, resume, status, submit, vscode
 from orchestrator.errors import OrchError
 
 EPILOG = """\b
@@ -24,6 +24,9 @@ Examples:
   orch logs JOB -f
   orch fetch JOB
   orch cancel JOB
+  orch hosts check box
+  orch code box --workspace .
+  orch exec box -- nvidia-smi
 """
 
 
@@ -33,7 +36,7 @@ def cli() -> None:
     """Run fine-tuning jobs on rented SSH GPU servers from your laptop."""
 
 
-for module in (check, submit, status, logs, cancel, fetch, resume, hosts):
+for module in (check, submit, status, logs, cancel, fetch, resume, hosts, vscode, exec):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -8,25 +8,43 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.app import App, pass_app
+from orchestrator.errors import RemoteError
+from orchestrator.hosts import Host
+from orchestrator.preflight import Needs, blockers, preflight, table
 from orchestrator.spec import JobSpec, load_spec
+
+
+def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:
+    """Print a verdict table per host; ``RemoteError`` (exit 4) when any line is a blocker."""
+    failed: list[str] = []
+    for host in hosts:
+        rows = preflight(host, app.inventory, needs)
+        app.out.print(table(host, rows))
+        failed += [f"{host.name}: {r.check}: {r.note or r.value}" for r in blockers(rows)]
+    if failed:
+        raise RemoteError(f"preflight found {len(failed)} blocker(s):\n  " + "\n  ".join(failed))
 
 
 @click.command("check")
 @click.argument("spec_file", type=click.Path(path_type=Path))
+@click.option("--remote", is_flag=True, help="Also preflight each host (GPUs, torch, disk, ...) for this job.")
 @pass_app
-def check_cmd(app: App, spec_file: Path) -> None:
+def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     """Validate a job file; exit 2 with file:line:column and the field when it is invalid.
+    With --remote, also check each host can run it (exit 4 on a blocker).
 
     \b
-    Example:
+    Examples:
       orch check jobs/tiny-lora-local.yaml
+      orch check jobs/gpt2-lora-autodl.yaml --remote
     """
     loaded = load_spec(spec_file)
     hosts = [h if isinstance(h, str) else h.name for h in loaded.spec.hosts]
-    for ref in loaded.spec.hosts:
-        app.inventory.resolve(ref)
+    resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
+    if remote:
+        run_preflight(app, resolved, Needs.of(loaded.spec))
 
 
 @click.command("schema")

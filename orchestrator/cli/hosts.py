@@ -1,4 +1,4 @@
-"""``orch hosts add/ls/rm/trust``."""
+"""``orch hosts add/ls/rm/trust/check``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from rich.table import Table
 
 from orchestrator import keys
 from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.check import run_preflight
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import CommandFailed, HostError, UsageError
 from orchestrator.hosts import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
+from orchestrator.preflight import Needs
 from orchestrator.presets import PRESETS
 from orchestrator.remote import Remote
 from orchestrator.spec import ENV_KEY_RE
@@ -157,6 +159,20 @@ def trust_cmd(app: App, name: str, replace: bool) -> None:
         host = host.model_copy(update={"host_key": None})
         app.inventory.save(host)
     _trust(app, host)
+
+
+@hosts_group.command("check")
+@click.argument("name")
+@pass_app
+def check_cmd(app: App, name: str) -> None:
+    """Preflight a host: login shell, python, torch/CUDA, GPUs, driver, disk and inodes,
+    rsync/tmux, clock skew. A table with a verdict per line; exit 4 on a blocker.
+
+    \b
+    Example:
+      orch hosts check box
+    """
+    run_preflight(app, [app.inventory.get(name)], Needs())
 
 
 @hosts_group.command("ls")

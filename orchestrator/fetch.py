@@ -23,7 +23,7 @@ import pathspec
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import RemoteError
 from orchestrator.hosts import Inventory
-from orchestrator.launch import job_host
+from orchestrator.jobs import nodes_of
 from orchestrator.registry import JobRecord
 from orchestrator.remote import Remote
 from orchestrator.sync import sha256_of
@@ -81,60 +81,70 @@ DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
 def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Callable[[str], None],
           extra: list[str] | None = None, everything: bool = False) -> FetchSummary:
     """Fetch the files the job's own ``outputs`` (recorded in its job.json) select, plus
-    ``extra`` patterns; ``everything`` fetches the whole job folder but ``code/``."""
-    host = job_host(record, inventory)
+    ``extra`` patterns; ``everything`` fetches the whole job folder but ``code/``. On a
+    multi-node job every node is asked in host order and a path is taken from the first
+    node that has it (outputs come from whichever node holds torch's rank 0; each node's
+    logs have their own names)."""
     dest = dest_parent / record.job_id
     dest.mkdir(parents=True, exist_ok=True)
     summary = FetchSummary(dest)
-    with open_transport(host, inventory, never) as transport:
-        remote = Remote(host, transport)
-        manifest = remote.call("manifest", record.job_id)
-        entries = safe_entries(manifest, dest)
-        outputs = manifest.get("outputs")
-        if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
-            outputs = DEFAULT_OUTPUTS
-        spec = pathspec.GitIgnoreSpec.from_lines(["*"] if everything else [*outputs, *(extra or [])])
-        wanted: dict[str, Entry] = {}
-        for entry in entries:
-            if not spec.match_file(entry.path):
-                continue
-            local = dest / entry.path
-            if local.is_file() and local.stat().st_size == entry.size and sha256_of(local) == entry.sha256:
-                summary.unchanged.append(entry.path)
-            else:
-                wanted[entry.path] = entry
-        if not wanted:
-            return summary
-        requests = []
-        for entry in wanted.values():
-            part = dest / (entry.path + ".part")
-            offset = part.stat().st_size if part.is_file() else 0
-            requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
-        running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
-        say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB")
-        proc = remote.start("send", record.job_id)
-        proc.write(json.dumps(requests).encode())
-        proc.close_stdin()
-        reader = _Reader(proc)
-        for req in requests:
-            header = reader.header()
-            entry = wanted.get(header.get("path", ""))
-            size = header.get("size")
-            if entry is None or header.get("path") != req["path"] or header.get("offset") != req["offset"] \
-                    or not isinstance(size, int) or not 0 <= size <= entry.size - req["offset"]:
-                raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
-            try:
-                summary.bytes += _receive(reader, dest, entry, req["offset"], size)
-            except ChangedWhileFetching as exc:
-                if not running:
-                    raise RemoteError(str(exc)) from None
-                say(f"skipped {entry.path}: it changed while the job runs (fetch again later)")
-                continue
-            summary.fetched.append(entry.path)
-        if reader.header() != {"end": True}:
-            raise RemoteError(f"{host.name}: the file stream did not end cleanly")
-        proc.wait()
+    taken: set[str] = set()
+    for host in nodes_of(record, inventory):
+        with open_transport(host, inventory, never) as transport:
+            _fetch_node(Remote(host, transport), record.job_id, dest, summary, taken, say, extra or [], everything)
     return summary
+
+
+def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, taken: set[str],
+                say: Callable[[str], None], extra: list[str], everything: bool) -> None:
+    host = remote.host
+    manifest = remote.call("manifest", job_id)
+    entries = safe_entries(manifest, dest)
+    outputs = manifest.get("outputs")
+    if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
+        outputs = DEFAULT_OUTPUTS
+    spec = pathspec.GitIgnoreSpec.from_lines(["*"] if everything else [*outputs, *extra])
+    wanted: dict[str, Entry] = {}
+    for entry in entries:
+        if not spec.match_file(entry.path) or entry.path in taken:
+            continue
+        taken.add(entry.path)
+        local = dest / entry.path
+        if local.is_file() and local.stat().st_size == entry.size and sha256_of(local) == entry.sha256:
+            summary.unchanged.append(entry.path)
+        else:
+            wanted[entry.path] = entry
+    if not wanted:
+        return
+    requests = []
+    for entry in wanted.values():
+        part = dest / (entry.path + ".part")
+        offset = part.stat().st_size if part.is_file() else 0
+        requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
+    running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
+    say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
+    proc = remote.start("send", job_id)
+    proc.write(json.dumps(requests).encode())
+    proc.close_stdin()
+    reader = _Reader(proc)
+    for req in requests:
+        header = reader.header()
+        entry = wanted.get(header.get("path", ""))
+        size = header.get("size")
+        if entry is None or header.get("path") != req["path"] or header.get("offset") != req["offset"] \
+                or not isinstance(size, int) or not 0 <= size <= entry.size - req["offset"]:
+            raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
+        try:
+            summary.bytes += _receive(reader, dest, entry, req["offset"], size)
+        except ChangedWhileFetching as exc:
+            if not running:
+                raise RemoteError(str(exc)) from None
+            say(f"skipped {entry.path}: it changed while the job runs (fetch again later)")
+            continue
+        summary.fetched.append(entry.path)
+    if reader.header() != {"end": True}:
+        raise RemoteError(f"{host.name}: the file stream did not end cleanly")
+    proc.wait()
 
 
 class _Reader:

@@ -1,7 +1,9 @@
-"""Submit (connect → hello → plan → sync → launch), cancel and resume a job.
+"""Submit: connect → hello → plan → (multi-node preflight) → sync → launch, on every node
+at once.
 
-``submit`` never starts a job twice: the job id is made once per call, and the agent
-refuses an id that already exists on the host.
+``submit`` never starts a job twice: the job id is reserved in the registry under a
+submission key before anything is sent, a rerun of an interrupted submit reuses it, and the
+agent refuses an id that already exists on the host.
 """
 
 from __future__ import annotations
@@ -9,21 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
 
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
-from orchestrator.errors import RemoteError, UsageError
+from orchestrator.errors import RemoteError
 from orchestrator.hosts import Host, Inventory
-from orchestrator.plan import GRACE_S, HostFacts, Plan, build_plan, make_job_id
-from orchestrator.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.jobs import parallel
+from orchestrator.plan import HostFacts, Plan, build_plan, make_job_id
+from orchestrator.registry import SUBMITTING, Registry
 from orchestrator.remote import Remote
 from orchestrator.spec import LoadedSpec
 from orchestrator.testhooks import pause
 
 Say = Callable[[str], None]
+LISTEN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -31,51 +37,6 @@ class Submitted:
     plan: Plan
     sync_summary: dict[str, Any] | None
     warnings: list[str]
-
-
-def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say,
-           dry_run: bool = False, force: bool = False, trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
-    spec = loaded.spec
-    hosts = [inventory.resolve(ref) for ref in spec.hosts]
-    if len(hosts) > 1:
-        raise UsageError("jobs across several hosts are not supported yet: list one host")
-    host = hosts[0]
-    workspace = loaded.workspace_dir
-    files = syncmod.select_files(workspace, spec.workspace.exclude)
-    warnings = syncmod.warnings_for(files)
-    project = syncmod.project_name(workspace)
-    say(f"connecting to {host.name} ({host.target})")
-    with open_transport(host, inventory, trust) as transport:
-        remote = Remote(host, transport)
-        hello = remote.call("hello", project, "--gpus")
-        facts = HostFacts.model_validate({k: hello.get(k) for k in HostFacts.model_fields if k in hello})
-        key = submission_key(loaded, hosts)
-        earlier = registry.unconfirmed(key)
-        job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
-        plan = build_plan(spec, loaded.text, str(workspace), project, hosts, [facts], job_id)
-        if dry_run:
-            return Submitted(plan, None, warnings)
-        for warning in warnings:
-            say(f"warning: {warning}")
-        sync_plan = syncmod.plan_sync(workspace, files, hello.get("sync", {}), force)
-        say(f"syncing {len(sync_plan.send)} changed file(s), {sync_plan.send_bytes / 2**20:.1f} MB"
-            f"{f', deleting {len(sync_plan.delete)}' if sync_plan.delete else ''}")
-        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
-                     {"submission": key})
-        summary = syncmod.send(remote, project, workspace, sync_plan)
-        pause("after-sync")
-        request = {"job": plan.job_json(), "train": plan.train, "project": project, "node_rank": 0}
-        proc = remote.start("launch")
-        proc.write(json.dumps(request).encode())
-        pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
-        proc.close_stdin()
-        reply = remote.finish(proc, "launch")
-        if reply.get("existing"):
-            say(f"{job_id} was already started by an interrupted submit of this file: not started twice")
-        else:
-            say(f"started {job_id} on {host.name}")
-        registry.update(job_id, "pending", {})
-        return Submitted(plan, summary, warnings)
 
 
 def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
@@ -86,35 +47,96 @@ def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def job_host(record: JobRecord, inventory: Inventory) -> Host:
-    return inventory.get(record.hosts[0])
+def connect_all(hosts: list[Host], inventory: Inventory, trust: Callable[[str], bool], stack: ExitStack) -> list[Remote]:
+    """Connect to every host at once; each open connection is closed by ``stack``."""
+    lock = threading.Lock()
+
+    def one(host: Host) -> Remote:
+        transport = open_transport(host, inventory, trust)
+        with lock:
+            stack.enter_context(transport)
+        return Remote(host, transport)
+
+    return parallel(one, hosts)
 
 
-def probe(record: JobRecord, inventory: Inventory, registry: Registry, remote: Remote | None = None) -> dict[str, Any]:
-    """Ask the host for the job's status (one round trip) and cache it in the registry."""
-    if remote is None:
-        host = job_host(record, inventory)
-        with open_transport(host, inventory) as transport:
-            return probe(record, inventory, registry, Remote(host, transport))
-    status = remote.call("status", record.job_id)["jobs"][record.job_id]
-    if not isinstance(status, dict) or not isinstance(status.get("state"), str):
-        raise RemoteError(f"{remote.host.name}: unreadable status for {record.job_id}")
-    registry.update(record.job_id, status["state"], status)
-    return status
+def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
+    """Every other node can open a TCP connection to the rendezvous host:port (a short
+    listener stands in for torchrun's store); raise naming the pair that cannot."""
+    endpoint = plan.nodes[0].argv[plan.nodes[0].argv.index("--rdzv_endpoint") + 1]
+    host, _, port = endpoint.rpartition(":")
+    listener = remotes[0].start("listen", port, str(LISTEN_S))
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = listener.read(1)
+        if not chunk:
+            break
+        line += chunk
+    ready = json.loads(line or b"{}")
+    if not ready.get("ready"):
+        listener.kill()
+        raise RemoteError(f"{remotes[0].host.name}: {ready.get('error', 'cannot listen for the rendezvous')}")
+    try:
+        checks = parallel(lambda r: r.call("tcp-check", host, port), remotes[1:])
+    finally:
+        listener.close_stdin()
+        listener.wait()
+    for remote, check in zip(remotes[1:], checks):
+        if not check.get("ok"):
+            raise RemoteError(
+                f"node {remote.host.name} cannot reach the rendezvous {endpoint} on {remotes[0].host.name}: "
+                f"{check.get('error')}. Set launch.rdzv_host to an address the nodes share (a private network)."
+            )
+    say(f"every node reaches the rendezvous {endpoint}")
 
 
-def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: float = GRACE_S) -> dict[str, Any]:
-    host = job_host(record, inventory)
-    with open_transport(host, inventory) as transport:
-        status = Remote(host, transport).call("cancel", record.job_id, str(grace), timeout=grace + 120)
-    registry.update(record.job_id, status["state"], status)
-    return status
+def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say,
+           dry_run: bool = False, force: bool = False, trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
+    spec = loaded.spec
+    hosts = [inventory.resolve(ref) for ref in spec.hosts]
+    workspace = loaded.workspace_dir
+    files = syncmod.select_files(workspace, spec.workspace.exclude)
+    warnings = syncmod.warnings_for(files)
+    project = syncmod.project_name(workspace)
+    say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
+    with ExitStack() as stack:
+        remotes = connect_all(hosts, inventory, trust, stack)
+        hellos = parallel(lambda r: r.call("hello", project, "--gpus"), remotes)
+        facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
+        key = submission_key(loaded, hosts)
+        earlier = registry.unconfirmed(key)
+        job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
+        port = None
+        if len(hosts) > 1 and spec.launch.rdzv_port is None:
+            port = int(remotes[0].call("free-port")["port"])
+        plan = build_plan(spec, loaded.text, str(workspace), project, hosts, facts, job_id, port)
+        if dry_run:
+            return Submitted(plan, None, warnings)
+        for warning in warnings:
+            say(f"warning: {warning}")
+        if len(hosts) > 1:
+            check_rendezvous(remotes, plan, say)
+        sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force) for h in hellos]
+        for host, sp in zip(hosts, sync_plans):
+            say(f"{host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
+                f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
+        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
+                     {"submission": key})
+        summaries = parallel(lambda i: syncmod.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
+        pause("after-sync")
 
+        def launch(rank: int) -> dict[str, Any]:
+            request = {"job": plan.job_json(), "train": plan.train, "project": project, "node_rank": rank}
+            proc = remotes[rank].start("launch")
+            proc.write(json.dumps(request).encode())
+            pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
+            proc.close_stdin()
+            return remotes[rank].finish(proc, "launch")
 
-def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[str, Any]:
-    host = job_host(record, inventory)
-    with open_transport(host, inventory) as transport:
-        remote = Remote(host, transport)
-        reply = remote.call("resume", record.job_id)
-        registry.update(record.job_id, "pending", {})
-    return reply
+        replies = parallel(launch, range(len(hosts)))
+        if any(r.get("existing") for r in replies):
+            say(f"{job_id} was already started by an interrupted submit of this file: not started twice")
+        else:
+            say(f"started {job_id} on {', '.join(h.name for h in hosts)}")
+        registry.update(job_id, "pending", {})
+        return Submitted(plan, summaries[0], warnings)

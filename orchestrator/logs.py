@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import threading
 import time
 from typing import Any, Callable
 
 from orchestrator.connect import never, open_transport
-from orchestrator.errors import CommandFailed, HostError, RemoteError
-from orchestrator.hosts import Inventory
-from orchestrator.launch import job_host, probe
+from orchestrator.errors import CommandFailed, HostError, RemoteError, UsageError
+from orchestrator.hosts import Host, Inventory
+from orchestrator.jobs import nodes_of, parallel, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
 from orchestrator.termtext import CleanDecoder
@@ -55,11 +56,9 @@ class _Frames:
         return kind, self._exactly(length)
 
 
-def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
-                say: Callable[[str], None], node: int = 0, follow: bool = False,
-                tail: int | None = None) -> dict[str, Any]:
-    """Write the log through ``write`` (cleaned text); return the job's final status."""
-    host = job_host(record, inventory)
+def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, *, write: Callable[[str], None],
+                say: Callable[[str], None], follow: bool, tail: int | None) -> None:
+    """One node's log through ``write`` until it ends (``follow``: the node is terminal)."""
     decoder = CleanDecoder()
     offset: int | None = None if tail is not None else 0
     backoff = 0.5
@@ -84,10 +83,53 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
                 if code != 0:
                     raise CommandFailed(Result(host.name, proc.command, code, b"", proc.stderr), "reading the log")
                 write(decoder.feed(b"", final=True))
-                return probe(record, inventory, registry, remote)
+                return
         except HostError as exc:
             if not follow:
                 raise
             say(f"{exc}; reconnecting in {backoff:.1f} s (Ctrl-C stops following, the job keeps running)")
             time.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+class _Prefixed:
+    """Whole lines only, each with ``[node i] ``, so nodes never interleave mid-line."""
+
+    def __init__(self, prefix: str, write: Callable[[str], None], lock: threading.Lock) -> None:
+        self.prefix, self.write, self.lock, self.rest = prefix, write, lock, ""
+
+    def __call__(self, text: str) -> None:
+        lines = (self.rest + text).split("\n")
+        self.rest = lines.pop()
+        if lines:
+            with self.lock:
+                self.write("".join(f"{self.prefix}{line}\n" for line in lines))
+
+    def flush(self) -> None:
+        if self.rest:
+            with self.lock:
+                self.write(f"{self.prefix}{self.rest}\n")
+            self.rest = ""
+
+
+def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
+                say: Callable[[str], None], node: int | None = None, follow: bool = False,
+                tail: int | None = None) -> dict[str, Any]:
+    """Write the log through ``write`` (cleaned text); return the job's final status.
+    ``node=None`` on a multi-node job merges every node's log, each line prefixed ``[node i]``."""
+    hosts = nodes_of(record, inventory)
+    if node is not None and not 0 <= node < len(hosts):
+        raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
+    if node is not None or len(hosts) == 1:
+        index = node or 0
+        follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)
+    else:
+        lock = threading.Lock()
+        writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]
+
+        def one(i: int) -> None:
+            follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail)
+            writers[i].flush()
+
+        parallel(one, list(range(len(hosts))))
+    return probe(record, inventory, registry)

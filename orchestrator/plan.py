@@ -14,12 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.errors import UsageError
 from orchestrator.hosts import Host
 from orchestrator.presets import preset_env, preset_setup
 from orchestrator.spec import JobSpec
 
 HEARTBEAT_S = 2.0
 GRACE_S = 30.0
+JOIN_TIMEOUT_S = 300
 
 
 class _Frozen(BaseModel):
@@ -41,6 +43,8 @@ class NodePlan(_Frozen):
     host: str
     node_rank: int
     nproc: int
+    root: str
+    job_dir: str
     argv: list[str]
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -72,9 +76,25 @@ def make_job_id(name: str, now: datetime, entropy: bytes) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{hashlib.sha256(entropy).hexdigest()[:4]}"
 
 
+def visible_gpus(spec: JobSpec, facts: HostFacts) -> int:
+    """GPUs the job can use on that node: ``CUDA_VISIBLE_DEVICES`` in the job's env narrows
+    what the host reports."""
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return facts.gpus
+    return min(facts.gpus, len([d for d in visible.split(",") if d.strip()]))
+
+
 def nproc_for(spec: JobSpec, facts: HostFacts) -> int:
+    """``auto`` = the node's usable GPUs (1 without GPUs). Raises ``UsageError`` when an
+    explicit count asks for more GPUs than the node has."""
+    gpus = visible_gpus(spec, facts)
     wanted = spec.launch.nproc_per_node
-    return max(facts.gpus, 1) if wanted == "auto" else wanted
+    if wanted == "auto":
+        return max(gpus, 1)
+    if 0 < gpus < wanted:
+        raise UsageError(f"launch.nproc_per_node is {wanted} but {facts.hostname or 'the node'} has {gpus} usable GPU(s)")
+    return wanted
 
 
 def entrypoint(spec: JobSpec, python: str, job_dir: str) -> list[str]:
@@ -88,25 +108,43 @@ def entrypoint(spec: JobSpec, python: str, job_dir: str) -> list[str]:
     return ["--no-python", *command]
 
 
-def torchrun_argv(python: str, nproc: int, entry: list[str]) -> list[str]:
-    """Single-node torchrun (c10d rendezvous on localhost), no restarts."""
-    return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc_per_node", str(nproc), "--max_restarts", "0", *entry]
+def torchrun_argv(python: str, nproc: int, entry: list[str], nnodes: int = 1,
+                  rdzv_endpoint: str | None = None, run_id: str | None = None) -> list[str]:
+    """torchrun with no restarts: ``--standalone`` on one node; across nodes, torch's c10d
+    rendezvous at ``rdzv_endpoint`` with the job id as the run id. (c10d orders nodes
+    itself, by host name; ``--node_rank`` is for the static backend only, so it is not passed.)"""
+    head = [python, "-m", "torch.distributed.run"]
+    if nnodes == 1:
+        return [*head, "--standalone", "--nnodes", "1", "--nproc_per_node", str(nproc), "--max_restarts", "0", *entry]
+    assert rdzv_endpoint and run_id
+    return [*head, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", rdzv_endpoint, "--rdzv_id", run_id, "--rdzv_conf", f"join_timeout={JOIN_TIMEOUT_S}",
+            "--max_restarts", "0", *entry]
 
 
-def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str,
-               hosts: list[Host], facts: list[HostFacts], job_id: str) -> Plan:
-    """The whole plan. ``facts[i]`` belongs to ``hosts[i]``; node rank follows that order."""
-    if len(hosts) != 1:
-        raise NotImplementedError("multi-node jobs are not supported yet")
-    root = facts[0].root
-    job_dir = posixpath.join(root, "jobs", job_id)
+def rdzv_endpoint(spec: JobSpec, hosts: list[Host], port: int | None) -> str | None:
+    """``host:port`` of the rendezvous for a multi-node job (None for one node)."""
+    if len(hosts) == 1:
+        return None
+    port = spec.launch.rdzv_port or port
+    if port is None:
+        raise ValueError("a multi-node plan needs a rendezvous port")
+    return f"{spec.launch.rdzv_host or hosts[0].address}:{port}"
+
+
+def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hosts: list[Host],
+               facts: list[HostFacts], job_id: str, rdzv_port: int | None = None) -> Plan:
+    """The whole plan. ``facts[i]`` belongs to ``hosts[i]``; orch's node index follows that
+    order (logs, supervisors); torch's own ranks come from its rendezvous."""
+    endpoint = rdzv_endpoint(spec, hosts, rdzv_port)
     nodes = []
     for rank, (host, fact) in enumerate(zip(hosts, facts)):
         nproc = nproc_for(spec, fact)
-        argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir))
-        nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, argv=argv,
+        job_dir = posixpath.join(fact.root, "jobs", job_id)
+        argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint, job_id)
+        nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
                               env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
+    root, job_dir = facts[0].root, nodes[0].job_dir
     presets = list(dict.fromkeys([*hosts[0].presets, *spec.presets]))
     return Plan(
         job_id=job_id, name=spec.name, project=project, root=root, job_dir=job_dir,

@@ -71,6 +71,12 @@ class Launch(_Model):
         "like a shell would. A leading `python` means the host's python.",
     )
 
+    rdzv_host: str | None = Field(
+        None, description="Multi-node: the address the other nodes use to reach the first host "
+        "(e.g. a private network address). Default: the first host's address."
+    )
+    rdzv_port: int | None = Field(None, ge=1, le=65535, description="Multi-node: rendezvous port (default: a free one).")
+
     @field_validator("command", mode="before")
     @classmethod
     def _split_string(cls, value: Any) -> Any:

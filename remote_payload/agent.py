@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import streams, workspace
+from remote_payload import netcheck, streams, workspace
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
 
 PENDING_GRACE_S = 30.0
@@ -75,7 +75,7 @@ class Agent:
         return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
 
     def spawn(self, job_dir: str, node_rank: int) -> int:
-        log = open(os.path.join(job_dir, "logs", "supervisor.log"), "ab")
+        log = open(os.path.join(job_dir, "logs", "supervisor-node%d.log" % node_rank), "ab")
         proc = subprocess.Popen(
             [sys.executable, os.path.join(self.payload_dir, "remote_payload", "supervisor.py"),
              "--job-dir", job_dir, "--node-rank", str(node_rank)],
@@ -135,9 +135,11 @@ class Agent:
             st = self.probe(job_id)
         return st
 
-    def resume(self, job_id: str) -> Dict[str, Any]:
+    def resume(self, job_id: str, whole_job: bool = False) -> Dict[str, Any]:
+        """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
+        multi-node job, so a node that had succeeded restarts too."""
         st = self.probe(job_id)
-        if st["state"] not in ("failed", "lost", "cancelled"):
+        if st["state"] not in ("failed", "lost", "cancelled") + (("succeeded",) if whole_job else ()):
             raise AgentError("job %s is %s; only a failed, lost or cancelled job can be resumed" % (job_id, st["state"]))
         d = self.job_dir(job_id)
         old = read_json(os.path.join(d, "status.json")) or {}
@@ -236,7 +238,7 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
         elif cmd == "cancel":
             result = agent.cancel(args[0], float(args[1]))
         elif cmd == "resume":
-            result = agent.resume(args[0])
+            result = agent.resume(args[0], "--whole-job" in args)
         elif cmd == "follow":
             job_id, offset, node, follow, heartbeat = args[0], int(args[1]), int(args[2]), args[3] == "1", float(args[4])
             finished = lambda: agent.probe(job_id)["state"] in TERMINAL + ("lost", "unknown")  # noqa: E731
@@ -249,6 +251,12 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
         elif cmd == "send":
             streams.send(agent.job_dir(args[0]), json.loads(sys.stdin.read()), sys.stdout.buffer)
             return 0
+        elif cmd == "free-port":
+            result = netcheck.free_port()
+        elif cmd == "listen":
+            return netcheck.listen(int(args[0]), float(args[1]))
+        elif cmd == "tcp-check":
+            result = netcheck.tcp_check(args[0], int(args[1]))
         elif cmd == "preflight":
             from remote_payload import preflight  # standard library only, like this module
 

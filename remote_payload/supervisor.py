@@ -121,7 +121,8 @@ class Supervisor:
         if not script:
             return 0
         key = hashlib.sha256(json.dumps([script, self.job.get("env", {})], sort_keys=True).encode()).hexdigest()[:16]
-        marker = os.path.join(self.job["root"], "state", "setup-%s.done" % key)
+        root = os.path.dirname(os.path.dirname(self.job_dir))  # this node's root: <root>/jobs/<id>
+        marker = os.path.join(root, "state", "setup-%s.done" % key)
         if os.path.exists(marker):
             self.say("setup unchanged since its last success on this host: skipped")
             return 0

@@ -61,7 +61,7 @@ def test_submit_follow_fetch_and_refetch(orch: Orch, host: str) -> None:
     for rel in ("outputs/result.bin", "outputs/sub/note.txt", "logs/node0.log"):
         assert sha(local / rel) == sha(remote / rel)
     assert not list(local.rglob("*.part"))
-    assert "4 fetched" in fetched.stdout  # + logs/supervisor.log
+    assert "4 fetched" in fetched.stdout  # + logs/supervisor-node0.log
     again = orch("fetch", job)
     assert "0 fetched (0.0 MB), 4 already there" in again.stdout
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.launch import cancel
+from orchestrator.jobs import cancel
 from orchestrator.plan import GRACE_S
 
 

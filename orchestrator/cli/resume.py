@@ -6,7 +6,7 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.logs import follow_to_end
-from orchestrator.launch import resume
+from orchestrator.jobs import resume
 
 
 @click.command("resume")

@@ -1,0 +1,151 @@
+"""A submitted job across its nodes: status (aggregated), cancel and resume.
+
+A job's state is the aggregate of its nodes' states: ``failed`` if any node failed,
+``lost`` if any node is lost (and none failed), ``cancelled`` if any was cancelled,
+``succeeded`` only when every node succeeded, otherwise the most active of running,
+setting_up, pending. When a node failed or is lost while others still run, those others
+are stopped (they would only hang in a collective until a timeout).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+from orchestrator.connect import never, open_transport
+from orchestrator.errors import HostError, RemoteError, UsageError
+from orchestrator.hosts import Host, Inventory
+from orchestrator.plan import GRACE_S
+from orchestrator.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.remote import Remote
+
+T = TypeVar("T")
+R = TypeVar("R")
+TERMINAL = ("succeeded", "failed", "cancelled")
+ACTIVE_ORDER = ("running", "setting_up", "pending")
+STOP_GRACE_S = 10.0
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items`` in threads; results in order; the first error is raised."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        return [f.result() for f in futures]
+
+
+def nodes_of(record: JobRecord, inventory: Inventory) -> list[Host]:
+    return [inventory.get(name) for name in record.hosts]
+
+
+def call_node(host: Host, inventory: Inventory, command: str, *args: str, timeout: float = 300) -> Any:
+    with open_transport(host, inventory, never) as transport:
+        return Remote(host, transport).call(command, *args, timeout=timeout)
+
+
+def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
+    """One status for the job from its nodes' statuses (node order = host order)."""
+    states = [s.get("state") for s in per_node]
+    if all(s == "succeeded" for s in states):
+        state = "succeeded"
+    else:
+        state = next((s for s in ("failed", "lost", "cancelled", *ACTIVE_ORDER, "unknown") if s in states), "unknown")
+    first = per_node[0]
+    out = dict(first, state=state)
+    culprit = next((s for s in per_node if s.get("state") == state and s.get("reason")), None)
+    if len(per_node) > 1:
+        out["nodes"] = per_node
+        if culprit is not None:
+            out["reason"] = f"node {culprit.get('node_rank', per_node.index(culprit))}: {culprit['reason']}"
+        metrics = next((s["metrics"] for s in per_node if isinstance(s.get("metrics"), dict)), None)
+        if metrics is not None:
+            out["metrics"] = metrics
+        codes = [s.get("exit_code") for s in per_node]
+        out["exit_code"] = next((c for c in codes if c not in (0, None)), codes[0])
+    return out
+
+
+def _stop_stragglers(record: JobRecord, hosts: list[Host], inventory: Inventory,
+                     per_node: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    broken = [s for s in per_node if s.get("state") in ("failed", "lost")]
+    running = [i for i, s in enumerate(per_node) if s.get("state") not in TERMINAL + ("lost", "unknown", "unreachable")]
+    if not broken or not running:
+        return per_node
+
+    def stop(i: int) -> dict[str, Any]:
+        status = call_node(hosts[i], inventory, "cancel", record.job_id, str(STOP_GRACE_S), timeout=STOP_GRACE_S + 60)
+        return dict(status, reason=f"stopped because another node {broken[0]['state']}")
+
+    stopped = dict(zip(running, parallel(stop, running)))
+    return [stopped.get(i, s) for i, s in enumerate(per_node)]
+
+
+def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
+            warn: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Statuses for ``records``: one connection per host for all its unfinished jobs;
+    finished jobs and unreachable hosts keep the registry's word (marked ``stale``)."""
+    out = {r.job_id: dict(r.detail, state=r.state, job_id=r.job_id) for r in records}
+    pending = [r for r in records if r.state not in TERMINAL]
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for r in pending:
+        for name in r.hosts:
+            by_host[name].append(r.job_id)
+    answers: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def ask(name: str) -> None:
+        try:
+            jobs = call_node(inventory.get(name), inventory, "status", *by_host[name])["jobs"]
+        except (HostError, UsageError, RemoteError) as exc:
+            warn(f"warning: {str(exc).splitlines()[0]}")
+            return
+        for job_id, status in jobs.items():
+            if isinstance(status, dict) and isinstance(status.get("state"), str):
+                answers[(name, job_id)] = status
+
+    parallel(ask, list(by_host))
+    for r in pending:
+        per_node = [answers.get((name, r.job_id)) for name in r.hosts]
+        if any(s is None for s in per_node):
+            out[r.job_id]["stale"] = True
+            continue
+        if r.state == SUBMITTING and all(s["state"] == "unknown" for s in per_node):
+            out[r.job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
+            continue
+        per_node = _stop_stragglers(r, nodes_of(r, inventory), inventory, per_node)  # type: ignore[arg-type]
+        status = aggregate(per_node)  # type: ignore[arg-type]
+        registry.update(r.job_id, status["state"], status)
+        out[r.job_id] = dict(status, job_id=r.job_id)
+    return out
+
+
+def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[str, Any]:
+    """The job's aggregated status, asked of every node now (raises if a node is unreachable)."""
+    hosts = nodes_of(record, inventory)
+    per_node = parallel(lambda h: call_node(h, inventory, "status", record.job_id)["jobs"][record.job_id], hosts)
+    for status in per_node:
+        if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+            raise RemoteError(f"unreadable status for {record.job_id}")
+    status = aggregate(_stop_stragglers(record, hosts, inventory, per_node))
+    registry.update(record.job_id, status["state"], status)
+    return status
+
+
+def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: float = GRACE_S) -> dict[str, Any]:
+    """SIGTERM then SIGKILL on every node at once; returns the aggregated final status."""
+    hosts = nodes_of(record, inventory)
+    per_node = parallel(lambda h: call_node(h, inventory, "cancel", record.job_id, str(grace), timeout=grace + 120), hosts)
+    status = aggregate(per_node)
+    registry.update(record.job_id, status["state"], status)
+    return status
+
+
+def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
+    """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous)."""
+    status = probe(record, inventory, registry)
+    if status["state"] not in ("failed", "lost", "cancelled"):
+        raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed")
+    hosts = nodes_of(record, inventory)
+    parallel(lambda h: call_node(h, inventory, "resume", record.job_id, *(["--whole-job"] if len(hosts) > 1 else [])), hosts)
+    registry.update(record.job_id, "pending", {})

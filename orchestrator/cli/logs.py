@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.logs import stream_logs
+from orchestrator.progress import FollowBar
 from orchestrator.registry import JobRecord
 
 
 def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int = 0,
                   tail: int | None = None) -> dict[str, Any]:
-    """Follow until the job is terminal; Ctrl-C stops following and leaves the job running."""
+    """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
+    On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
     try:
-        status = stream_logs(record, app.inventory, app.registry, write=write, say=app.say,
-                             node=node, follow=True, tail=tail)
+        bar = FollowBar(app.err) if FollowBar.enabled(as_json) else None  # plain text when not a terminal
+        with bar or nullcontext():
+            status = stream_logs(record, app.inventory, app.registry, write=bar.wrap(write) if bar else write,
+                                 say=app.say, node=node, follow=True, tail=tail)
     except KeyboardInterrupt:
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None

@@ -12,7 +12,7 @@ import sys
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, resume, status, submit, vscode
+from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, plot, resume, status, submit, vscode
 from orchestrator.errors import OrchError
 
 EPILOG = """\b
@@ -20,8 +20,9 @@ Examples:
   orch hosts add box --ssh "ssh -p 23456 root@region-9.example.com" --trust
   orch check jobs/tiny-lora-local.yaml
   orch submit jobs/tiny-lora-local.yaml --follow
-  orch status
+  orch status -w
   orch logs JOB -f
+  orch plot JOB
   orch fetch JOB
   orch cancel JOB
   orch hosts check box
@@ -36,7 +37,7 @@ def cli() -> None:
     """Run fine-tuning jobs on rented SSH GPU servers from your laptop."""
 
 
-for module in (check, submit, status, logs, cancel, fetch, resume, hosts, vscode, exec):
+for module in (check, submit, status, logs, cancel, fetch, resume, hosts, vscode, exec, plot):
     for command in module.COMMANDS:
         cli.add_command(command)
 

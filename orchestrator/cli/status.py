@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from typing import Any
 
 import click
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.connect import never, open_transport
-from orchestrator.errors import HostError, UsageError
+from orchestrator.errors import HostError, OrchError, UsageError
+from orchestrator.progress import COLUMNS, JobProgress, row_fields
 from orchestrator.registry import SUBMITTING
 from orchestrator.remote import Remote
+from orchestrator.spec import load_spec
 from orchestrator.termtext import clean
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -48,45 +53,90 @@ def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _row(record: Any, status: dict[str, Any]) -> list[str]:
-    metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
-    loss = metrics.get("loss")
-    ended = status.get("ended") if isinstance(status.get("ended"), (int, float)) else time.time()
-    started = status.get("started") if isinstance(status.get("started"), (int, float)) else record.created
-    state = str(status.get("state")) + (" (stale)" if status.get("stale") else "")
-    return [record.job_id, state, ",".join(record.hosts), clean(str(metrics.get("step", ""))),
-            f"{loss:.4f}" if isinstance(loss, (int, float)) else "", f"{max(ended - started, 0):.0f}s",
-            clean(str(status.get("reason") or ""))[:60]]
+def _total_steps(record: Any) -> int | None:
+    """``train.max_steps`` from the job's spec file, when it is still there and readable."""
+    try:
+        train = load_spec(record.spec_path).spec.train
+    except (OrchError, OSError):
+        return None
+    return train.max_steps if train is not None else None
+
+
+def _price(app: App, record: Any) -> float | None:
+    prices = []
+    for name in record.hosts:
+        try:
+            prices.append(app.inventory.get(name).price_per_hour)
+        except UsageError:
+            return None
+    return None if any(p is None for p in prices) else sum(prices) / max(len(prices), 1)
+
+
+def progress_of(app: App, record: Any, status: dict[str, Any]) -> JobProgress:
+    nodes = status.get("nodes")
+    count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
+    return row_fields(status, record.created, count, _total_steps(record), _price(app, record))
+
+
+def _table(app: App, records: list[Any], statuses: dict[str, dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    table.add_column("JOB", no_wrap=True)
+    for column in COLUMNS:
+        table.add_column(column, no_wrap=True, justify="left" if column == "STATE" else "right")
+    table.add_column("HOST", no_wrap=True)
+    table.add_column("REASON")
+    for r in records:
+        status = statuses[r.job_id]
+        cells = progress_of(app, r, status).cells()
+        table.add_row(*(Text(c) for c in [r.job_id, *cells, ",".join(r.hosts),
+                                            clean(str(status.get("reason") or ""))[:60]]))
+    return table
 
 
 @click.command("status")
 @click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object for JOB, a list otherwise).")
+@click.option("-w", "--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, hidden=True,
+              help="Stop --watch after N refreshes (tests).")
 @pass_app
-def status_cmd(app: App, job: str | None, as_json: bool) -> None:
-    """Show jobs and their states (pending, setting_up, running, succeeded, failed, cancelled, lost).
+def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, interval: float,
+               iterations: int | None) -> None:
+    """Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost
+    estimate for hosts with a price (orch hosts add ... --price-per-hour).
 
     \b
     Examples:
       orch status
+      orch status -w
       orch status gpt2-lora-20261129-101500-1a2b --json
     """
     records = [app.registry.get(job)] if job else app.registry.all()
-    statuses = refresh(app, records)
     if as_json:
-        items = [dict(statuses[r.job_id], hosts=r.hosts, job_dir=r.job_dir, name=r.name) for r in records]
+        statuses = refresh(app, records)
+        items = [dict(statuses[r.job_id], hosts=r.hosts, job_dir=r.job_dir, name=r.name,
+                      progress=asdict(progress_of(app, r, statuses[r.job_id]))) for r in records]
         app.json(items[0] if job else items)
         return
     if not records:
         click.echo("no jobs yet: orch submit JOB.yaml")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "STATE", "HOST", "STEP", "LOSS", "ELAPSED"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("REASON")
-    for r in records:
-        table.add_row(*_row(r, statuses[r.job_id]))
-    app.out.print(table)
+    if not watch:
+        app.out.print(_table(app, records, refresh(app, records)))
+        return
+    done = 0
+    try:
+        with Live(console=app.out, auto_refresh=False) as live:
+            while True:
+                live.update(_table(app, records, refresh(app, records)), refresh=True)
+                done += 1
+                if iterations is not None and done >= iterations:
+                    break
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass  # stop watching; jobs are untouched
 
 
 @click.command("ls")
@@ -94,7 +144,7 @@ def status_cmd(app: App, job: str | None, as_json: bool) -> None:
 @click.pass_context
 def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     """List all jobs (same as `orch status`)."""
-    ctx.invoke(status_cmd, job=None, as_json=as_json)
+    ctx.invoke(status_cmd, job=None, as_json=as_json, watch=False, interval=2.0, iterations=None)
 
 
 COMMANDS = [status_cmd, ls_cmd]

@@ -1,0 +1,102 @@
+"""Training curves from ``metrics.jsonl``: loss (train and eval), lr and tokens/s by step.
+
+``read_metrics`` takes the fetched copy (``runs/<job>/metrics.jsonl``) when there is one,
+else reads the job's file on its host with one ``cat`` (an argv list, like every remote
+command). Lines from the server are untrusted: anything that is not a JSON object with a
+numeric ``step`` is skipped. matplotlib is an optional extra (``pip install 'orch[plot]'``)
+and is imported only when drawing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from orchestrator.connect import never, open_transport
+from orchestrator.errors import UsageError
+from orchestrator.hosts import Inventory
+from orchestrator.registry import JobRecord
+
+MAX_BYTES = 256 << 20
+SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}
+
+
+def parse_metrics(text: str) -> list[dict[str, float]]:
+    """Rows with a finite numeric ``step``; only the numeric fields of ``SERIES`` kept."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(value, dict) or not _finite(value.get("step")):
+            continue
+        row = {"step": float(value["step"])}
+        row.update({k: float(value[k]) for k in SERIES if _finite(value.get(k))})
+        rows.append(row)
+    return rows
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_metrics(record: JobRecord, inventory: Inventory, runs: Path) -> tuple[list[dict[str, float]], str]:
+    """(rows, where they came from). Local fetched copy first, else the host's file."""
+    local = runs / record.job_id / "metrics.jsonl"
+    if local.is_file():
+        return parse_metrics(local.read_text(encoding="utf-8", errors="replace")), str(local)
+    host = inventory.get(record.hosts[0])
+    path = record.job_dir.rstrip("/") + "/metrics.jsonl"
+    with open_transport(host, inventory, never) as transport:
+        result = transport.run(["cat", "--", path], timeout=120)
+    if not result.ok:
+        raise UsageError(f"{record.job_id} has no metrics.jsonl yet (on {host.name}: {path}); "
+                         "the built-in trainer writes it every log_every steps")
+    return parse_metrics(result.stdout[:MAX_BYTES].decode("utf-8", "replace")), f"{host.name}:{path}"
+
+
+def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    points = [(r["step"], r[key]) for r in rows if key in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def draw(rows: list[dict[str, float]], title: str) -> Any:
+    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("orch plot needs matplotlib: pip install 'orch[plot]' (or pip install matplotlib)") from None
+    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    for key, style in (("loss", "-"), ("eval_loss", "o-")):
+        xs, ys = series(rows, key)
+        if xs:
+            ax_loss.plot(xs, ys, style, label=SERIES[key])
+    ax_loss.set_ylabel("loss")
+    ax_loss.legend(loc="upper right")
+    for ax, key in ((ax_lr, "lr"), (ax_tps, "tokens_per_s")):
+        xs, ys = series(rows, key)
+        ax.plot(xs, ys, "-")
+        ax.set_ylabel(SERIES[key])
+    ax_tps.set_xlabel("step")
+    for ax in (ax_loss, ax_lr, ax_tps):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def save_plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
+    if not any(k in r for r in rows for k in SERIES):
+        raise UsageError("metrics.jsonl holds no loss, lr or tokens/s values to plot yet")
+    fig = draw(rows, title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -1,0 +1,135 @@
+"""Progress of a running job, for people: the columns of ``orch status`` and the progress
+line of ``orch logs -f`` / ``orch submit --follow``.
+
+Everything here is derived from what the server already reports (the status record with
+the last line of ``metrics.jsonl``, and the streamed log text): no extra round trip.
+``row_fields`` is pure; ``FollowBar`` only draws on a terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from orchestrator.termtext import clean
+
+# The built-in trainer's progress line (remote_payload/train.py, ``report``):
+#   step 20/100 | epoch 0 | loss 2.3456 | lr 4.00e-03 | grad norm 1.234 | 5210 tok/s | 812 MiB
+STEP_LINE = re.compile(r"\bstep (\d+)/(\d+) \| epoch \d+ \| loss ([-+0-9.eEnaif]+)(?:.*?\| ([0-9.]+) tok/s)?")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``5m03s``, ``2h07m``, ``3d04h``; empty for None."""
+    if seconds is None:
+        return ""
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What ``orch status`` shows for one job (None where unknown)."""
+
+    state: str
+    nodes: int
+    step: int | None
+    total: int | None
+    loss: float | None
+    eval_loss: float | None
+    tokens_per_s: float | None
+    elapsed_s: float
+    eta_s: float | None
+    cost: float | None
+
+    def cells(self) -> list[str]:
+        step = "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+        loss = f"{self.loss:.4f}" if self.loss is not None else (f"eval {self.eval_loss:.4f}" if self.eval_loss is not None else "")
+        tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else ""
+        cost = f"{self.cost:.2f}" if self.cost is not None else ""
+        return [self.state, str(self.nodes), step, loss, tps, duration(self.eta_s), duration(self.elapsed_s), cost]
+
+
+COLUMNS = ["STATE", "NODES", "STEP", "LOSS", "TOK/S", "ETA", "ELAPSED", "COST"]
+
+
+def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | None,
+               price_per_hour: float | None, now: float | None = None) -> JobProgress:
+    """Derive the status columns. ``total`` comes from the metrics (``total_steps``) when the
+    trainer writes it, else from the caller (the spec's ``train.max_steps``). ETA assumes the
+    pace so far (step / time since the supervisor started) holds; only while running."""
+    now = time.time() if now is None else now
+    metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
+    started = _num(status.get("started")) or created
+    ended = _num(status.get("ended"))
+    elapsed = max((ended or now) - started, 0.0)
+    step_value = _num(metrics.get("step"))
+    step = int(step_value) if step_value is not None else None
+    total_value = _num(metrics.get("total_steps"))
+    total = int(total_value) if total_value else total
+    eta = None
+    state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "")
+    when = _num(metrics.get("time")) or now
+    if status.get("state") == "running" and step and total and when > started:
+        eta = (total - step) * (when - started) / step - (now - when)
+        eta = max(eta, 0.0)
+    cost = price_per_hour * nodes * elapsed / 3600 if price_per_hour is not None else None
+    return JobProgress(state, nodes, step, total, _num(metrics.get("loss")), _num(metrics.get("eval_loss")),
+                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost)
+
+
+class FollowBar:
+    """A progress line (step/total, loss, tokens/s) on a terminal's stderr, fed by the log
+    text that ``wrap``'s writer passes through. Use as a context manager."""
+
+    def __init__(self, console: Console) -> None:
+        self._partial = ""
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s"), TimeRemainingColumn(),
+            console=console, redirect_stdout=sys.stdout.isatty(), redirect_stderr=False, transient=False,
+        )
+        self.task = self.progress.add_task("step", total=None, loss="-", tps="-")
+
+    @staticmethod
+    def enabled(as_json: bool) -> bool:
+        return not as_json and sys.stderr.isatty()
+
+    def feed(self, text: str) -> None:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()[-4096:]
+        for line in lines:
+            match = STEP_LINE.search(line)
+            if match:
+                step, total, loss, tps = match.groups()
+                self.progress.update(self.task, completed=int(step), total=int(total), loss=loss,
+                                     tps=tps or "-")
+
+    def wrap(self, write: Callable[[str], None]) -> Callable[[str], None]:
+        def both(text: str) -> None:
+            write(text)
+            self.feed(text)
+        return both
+
+    def __enter__(self) -> "FollowBar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()

@@ -25,7 +25,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.hosts import Inventory
 from orchestrator.jobs import nodes_of
 from orchestrator.registry import JobRecord
-from orchestrator.remote import Remote
+from orchestrator.remote import FileStream, Remote
 from orchestrator.sync import sha256_of
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -91,12 +91,15 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     taken: set[str] = set()
     for host in nodes_of(record, inventory):
         with open_transport(host, inventory, never) as transport:
-            _fetch_node(Remote(host, transport), record.job_id, dest, summary, taken, say, extra or [], everything)
+            remote = Remote(host, transport)
+            if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything):
+                remote.call("fetched", record.job_id)  # lets on_finish.shutdown go ahead
     return summary
 
 
 def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, taken: set[str],
-                say: Callable[[str], None], extra: list[str], everything: bool) -> None:
+                say: Callable[[str], None], extra: list[str], everything: bool) -> bool:
+    """Fetch one node's share; True when the job had ended and everything selected is here."""
     host = remote.host
     manifest = remote.call("manifest", job_id)
     entries = safe_entries(manifest, dest)
@@ -114,19 +117,19 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             summary.unchanged.append(entry.path)
         else:
             wanted[entry.path] = entry
+    running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
     if not wanted:
-        return
+        return not running
     requests = []
     for entry in wanted.values():
         part = dest / (entry.path + ".part")
         offset = part.stat().st_size if part.is_file() else 0
         requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
-    running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
     say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
     proc = remote.start("send", job_id)
     proc.write(json.dumps(requests).encode())
     proc.close_stdin()
-    reader = _Reader(proc)
+    reader = FileStream(proc)
     for req in requests:
         header = reader.header()
         entry = wanted.get(header.get("path", ""))
@@ -145,43 +148,14 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     if reader.header() != {"end": True}:
         raise RemoteError(f"{host.name}: the file stream did not end cleanly")
     proc.wait()
-
-
-class _Reader:
-    def __init__(self, proc: Any) -> None:
-        self.proc, self.buf = proc, b""
-
-    def _fill(self) -> bool:
-        chunk = self.proc.read(1 << 20)
-        self.buf += chunk
-        return bool(chunk)
-
-    def header(self) -> dict[str, Any]:
-        while b"\n" not in self.buf:
-            if len(self.buf) > 4096 or not self._fill():
-                err = self.proc.stderr.decode("utf-8", "replace").strip()[-400:] if hasattr(self.proc, "stderr") else ""
-                raise RemoteError(f"the file stream broke off{': ' + err if err else ''}")
-        line, _, self.buf = self.buf.partition(b"\n")
-        try:
-            value = json.loads(line)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise RemoteError("the file stream holds an unreadable header")
-        return value
-
-    def take(self, n: int) -> bytes:
-        if not self.buf and not self._fill():
-            raise RemoteError("the file stream broke off mid-file")
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+    return not running
 
 
 class ChangedWhileFetching(Exception):
     pass
 
 
-def _receive(reader: _Reader, dest: Path, entry: Entry, offset: int, size: int) -> int:
+def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int) -> int:
     """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
     place only when it has the manifest's size and sha256."""
     final = dest / entry.path

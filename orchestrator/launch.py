@@ -15,17 +15,19 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator import repro
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
-from orchestrator.errors import RemoteError
+from orchestrator.errors import RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
 from orchestrator.jobs import parallel
 from orchestrator.plan import HostFacts, Plan, build_plan, make_job_id
-from orchestrator.registry import SUBMITTING, Registry
+from orchestrator.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.remote import Remote
-from orchestrator.spec import LoadedSpec
+from orchestrator.spec import LoadedSpec, parse_spec
 from orchestrator.testhooks import pause
 
 Say = Callable[[str], None]
@@ -90,8 +92,9 @@ def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
     say(f"every node reaches the rendezvous {endpoint}")
 
 
-def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say,
-           dry_run: bool = False, force: bool = False, trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
+def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,
+           force: bool = False, pull_remote_edits: bool = False,
+           trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     workspace = loaded.workspace_dir
@@ -116,7 +119,16 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             say(f"warning: {warning}")
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
-        sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force) for h in hellos]
+        pulled: set[str] = set()
+        if pull_remote_edits:
+            for remote, hello in zip(remotes, hellos):
+                edited = [p for p in hello.get("sync", {}).get("edited", []) if p in files and p not in pulled]
+                if edited:
+                    say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
+                    pulled.update(syncmod.pull(remote, project, workspace, edited))
+            if pulled:
+                files = syncmod.select_files(workspace, spec.workspace.exclude)
+        sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
         for host, sp in zip(hosts, sync_plans):
             say(f"{host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
                 f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
@@ -124,19 +136,48 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                      {"submission": key})
         summaries = parallel(lambda i: syncmod.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
         pause("after-sync")
-
-        def launch(rank: int) -> dict[str, Any]:
-            request = {"job": plan.job_json(), "train": plan.train, "project": project, "node_rank": rank}
-            proc = remotes[rank].start("launch")
-            proc.write(json.dumps(request).encode())
-            pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
-            proc.close_stdin()
-            return remotes[rank].finish(proc, "launch")
-
-        replies = parallel(launch, range(len(hosts)))
-        if any(r.get("existing") for r in replies):
-            say(f"{job_id} was already started by an interrupted submit of this file: not started twice")
-        else:
-            say(f"started {job_id} on {', '.join(h.name for h in hosts)}")
+        start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
         registry.update(job_id, "pending", {})
         return Submitted(plan, summaries[0], warnings)
+
+
+def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say) -> None:
+    """Send each node its launch request (job.json + ``extra``) and start its supervisor."""
+
+    def launch(rank: int) -> dict[str, Any]:
+        request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, **extra}
+        proc = remotes[rank].start("launch")
+        proc.write(json.dumps(request).encode())
+        pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
+        proc.close_stdin()
+        return remotes[rank].finish(proc, "launch")
+
+    replies = parallel(launch, range(len(remotes)))
+    if any(r.get("existing") for r in replies):
+        say(f"{plan.job_id} was already started by an interrupted submit of this file: not started twice")
+    else:
+        say(f"started {plan.job_id} on {', '.join(r.host.name for r in remotes)}")
+
+
+def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: Say,
+          trust: Callable[[str], bool] = ask_on_tty) -> Plan:
+    """Submit an earlier job again as a new job: the spec text it recorded and its own code
+    snapshot (hard-linked on each host), not today's workspace."""
+    with ExitStack() as stack:
+        first = connect_all([inventory.get(record.hosts[0])], inventory, trust, stack)[0]
+        shown = first.call("show", record.job_id)
+        if not isinstance(shown.get("spec_text"), str):
+            raise UsageError(f"{record.job_id} has no recorded spec on {first.host.name}: it cannot be rerun")
+        loaded = parse_spec(shown["spec_text"], Path(record.spec_path))
+        hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
+        remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
+        project = syncmod.project_name(loaded.workspace_dir)
+        hellos = parallel(lambda r: r.call("hello", "-", "--gpus"), remotes)
+        facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
+        port = int(remotes[0].call("free-port")["port"]) if len(hosts) > 1 and not loaded.spec.launch.rdzv_port else None
+        job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
+        plan = build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+        registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
+        start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
+        registry.update(job_id, "pending", {})
+        return plan

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import UsageError
 from orchestrator.hosts import Host
-from orchestrator.presets import preset_env, preset_setup
+from orchestrator.presets import PRESETS, preset_env, preset_setup
 from orchestrator.spec import JobSpec
 
 HEARTBEAT_S = 2.0
@@ -132,6 +132,16 @@ def rdzv_endpoint(spec: JobSpec, hosts: list[Host], port: int | None) -> str | N
     return f"{spec.launch.rdzv_host or hosts[0].address}:{port}"
 
 
+def shutdown_command(spec: JobSpec, presets: list[str]) -> list[str]:
+    """The argv that powers a node off: the job's own, a preset's, or ``shutdown -h now``."""
+    if spec.on_finish.shutdown_command:
+        return list(spec.on_finish.shutdown_command)
+    for name in presets:
+        if PRESETS[name].shutdown_argv:
+            return list(PRESETS[name].shutdown_argv)
+    return ["shutdown", "-h", "now"]
+
+
 def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hosts: list[Host],
                facts: list[HostFacts], job_id: str, rdzv_port: int | None = None) -> Plan:
     """The whole plan. ``facts[i]`` belongs to ``hosts[i]``; orch's node index follows that
@@ -151,7 +161,7 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
         workspace_dir=posixpath.join(root, "workspace", project), nodes=nodes,
         setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **spec.env},
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,
-        on_finish=spec.on_finish.model_dump(mode="json"),
+        on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets)),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
     )
 

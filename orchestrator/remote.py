@@ -85,3 +85,35 @@ def parse_json(result: Result) -> Any:
         return json.loads(text[-1])
     except ValueError:
         raise CommandFailed(result, "orch helper (unreadable reply)") from None
+
+
+class FileStream:
+    """Reads the agent's ``send`` stream: JSON header lines, each followed by raw bytes."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc, self.buf = proc, b""
+
+    def _fill(self) -> bool:
+        chunk = self.proc.read(1 << 20)
+        self.buf += chunk
+        return bool(chunk)
+
+    def header(self) -> dict[str, Any]:
+        while b"\n" not in self.buf:
+            if len(self.buf) > 4096 or not self._fill():
+                err = self.proc.stderr.decode("utf-8", "replace").strip()[-400:] if hasattr(self.proc, "stderr") else ""
+                raise RemoteError(f"the file stream broke off{': ' + err if err else ''}")
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise RemoteError("the file stream holds an unreadable header")
+        return value
+
+    def take(self, n: int) -> bytes:
+        if not self.buf and not self._fill():
+            raise RemoteError("the file stream broke off mid-file")
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out

@@ -96,8 +96,13 @@ class Launch(_Model):
 
 
 class OnFinish(_Model):
-    shutdown: bool = Field(False, description="Power the host off when the job ends (after `orch fetch`).")
-    shutdown_after_fetch_timeout_s: int = Field(1800, ge=0)
+    shutdown: bool = Field(False, description="Power the host off when the job ends — after `orch fetch` has "
+                           "confirmed the outputs, and never while another orch job runs there.")
+    shutdown_after_fetch_timeout_s: int = Field(1800, ge=0, description="Shut down anyway after this long without a fetch.")
+    shutdown_command: list[str] | None = Field(
+        None, min_length=1, description="argv that powers the host off; default: the preset's (`shutdown` on "
+        "AutoDL), else `shutdown -h now`."
+    )
 
 
 class JobSpec(_Model):
@@ -174,6 +179,11 @@ def load_spec(path: str | Path) -> LoadedSpec:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_spec(text, path)
+
+
+def parse_spec(text: str, path: Path) -> LoadedSpec:
+    """Validate job-file ``text`` as if read from ``path`` (errors name that path)."""
     data, marks = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise SpecError(f"{path}:1:1: the job file must be a mapping of fields (name, hosts, ...)")

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import pathspec
 
-from orchestrator.errors import UsageError
-from orchestrator.remote import Remote
+from orchestrator.errors import RemoteError, UsageError
+from orchestrator.remote import FileStream, Remote
 from orchestrator.transport.base import Process
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
@@ -110,8 +110,11 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], force: bool) -> SyncPlan:
-    """Decide what to send and delete from local stats and the host's record."""
+def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], force: bool,
+              pulled: frozenset[str] = frozenset()) -> SyncPlan:
+    """Decide what to send and delete from local stats and the host's record. Files edited
+    on the server are refused unless ``force``, or unless they were just ``pulled`` (then the
+    laptop's copy is the server's)."""
     recorded: dict[str, Any] = remote.get("files", {})
     edited = set(remote.get("edited", []))
     plan = SyncPlan()
@@ -135,12 +138,12 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
         {k: v for k, v in recorded[rel].items() if k not in ("rsize", "rmtime_ns")} == entry
         for rel, entry in plan.entries.items()
     )
-    clobber = sorted(edited & (set(plan.send) | set(plan.delete))) if not force else []
+    clobber = sorted((edited - pulled) & (set(plan.send) | set(plan.delete))) if not force else []
     if clobber:
         raise UsageError(
             "these files were changed on the server since the last sync and would be overwritten: "
             + ", ".join(clobber[:20]) + ("" if len(clobber) <= 20 else f" (+{len(clobber) - 20} more)")
-            + "\nCopy them back first, or pass --force to overwrite them."
+            + "\nBring them to the laptop with --pull-remote-edits, or pass --force to overwrite them."
         )
     return plan
 
@@ -207,3 +210,33 @@ def sync(remote: Remote, root: Path, exclude: list[str], state: dict[str, Any], 
     plan = plan_sync(root, files, state, force)
     summary = send(remote, project_name(root), root, plan)
     return plan, summary
+
+
+def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str]:
+    """Copy ``paths`` (files orch synced, since edited on the server) from the host's
+    workspace into the local one, each written to a temporary and renamed into place."""
+    requests = [{"path": p, "offset": 0} for p in paths]
+    proc = remote.start("send-ws", project)
+    proc.write(json.dumps(requests).encode())
+    proc.close_stdin()
+    stream = FileStream(proc)
+    base = os.path.realpath(root)
+    for req in requests:
+        header = stream.header()
+        size = header.get("size")
+        target = os.path.realpath(os.path.join(base, req["path"]))
+        if header.get("path") != req["path"] or not isinstance(size, int) or size < 0 \
+                or not target.startswith(base + os.sep):
+            raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
+        tmp = Path(target).with_name(f".orch-pull-{os.getpid()}-{Path(target).name}")
+        with open(tmp, "wb") as f:
+            remaining = size
+            while remaining:
+                data = stream.take(min(remaining, 1 << 20))
+                f.write(data)
+                remaining -= len(data)
+        os.replace(tmp, target)
+    if stream.header() != {"end": True}:
+        raise RemoteError(f"{remote.host.name}: the file stream did not end cleanly")
+    proc.wait()
+    return paths

@@ -115,7 +115,7 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> D
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp-"))
         for name in sorted(filenames):
             rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if rel in ("manifest.json", "status.json", "job.json") or ".tmp." in name:
+            if rel in ("manifest.json", "status.json", "job.json", ".fetched") or ".tmp." in name:
                 continue
             full = os.path.join(dirpath, name)
             try:

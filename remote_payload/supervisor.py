@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from remote_payload import onfinish  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
@@ -148,21 +149,26 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
+        recorder = threading.Thread(target=onfinish.record_environment, args=(self.job_dir, sys.executable), daemon=True)
+        recorder.start()
         env = self.env()
         code = self.setup(env)
         if code != 0 and not self.cancelled.is_set():
             self.finish("failed", code, "setup failed with exit code %d" % code)
+            onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
             return 1
         if not self.cancelled.is_set():
             self.update(state="running")
             self.say("starting: %s" % shlex.join(self.node["argv"]))
             code = self.run_step(list(self.node["argv"]), env)
+        recorder.join(timeout=120)  # so repro/ is in the manifest
         if self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
         elif code == 0:
             self.finish("succeeded", 0, None)
         else:
             self.finish("failed", code, "job exited with code %d" % code)
+        onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
         return 0
 
 

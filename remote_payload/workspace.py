@@ -147,3 +147,20 @@ def snapshot(root: str, project: str, code_dir: str) -> int:
         else:
             os.link(src, dst)
     return len(files)
+
+
+def link_tree(src: str, dst: str, only: "tuple[str, ...] | None" = None) -> None:
+    """Hard-link the files of ``src`` into ``dst`` (symlinks copied as links); ``only``
+    limits it to those top-level names. A missing ``src`` links nothing."""
+    for dirpath, _, filenames in os.walk(src):
+        rel_dir = os.path.relpath(dirpath, src)
+        for name in filenames:
+            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+            if only is not None and rel not in only:
+                continue
+            source, target = os.path.join(dirpath, name), os.path.join(dst, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), target)
+            else:
+                os.link(source, target)

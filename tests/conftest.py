@@ -31,6 +31,17 @@ def sshd() -> SSHServer:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's tiny GPT-2, tokenizer and data, built offline once per session."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from make_tiny_assets import make_tiny_assets
+
+    dest = tmp_path_factory.mktemp("tiny-assets") / "assets"
+    make_tiny_assets(dest)
+    return dest
+
+
 @dataclass
 class Orch:
     """Runs ``orch`` with its own ORCH_HOME; ``remote_root`` is where hosts keep files."""

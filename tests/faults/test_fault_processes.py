@@ -14,18 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Orch, write_job
-
-sys.path.insert(0, str(REPO / "tools"))
-from make_tiny_assets import make_tiny_assets  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("faults-assets") / "assets"
-    make_tiny_assets(dest)
-    return dest
-
+from tests.conftest import Orch, write_job
 
 def train_job(orch: Orch, host: str, assets: Path, max_steps: int = 40) -> Path:
     ws = orch.cwd / "ws"

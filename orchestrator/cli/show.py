@@ -1,0 +1,81 @@
+"""``orch show`` and ``orch rerun``: what a job ran with, and running it again."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.logs import follow_to_end
+from orchestrator.connect import never, open_transport
+from orchestrator.launch import rerun
+from orchestrator.remote import Remote
+from orchestrator.termtext import clean
+
+
+@click.command("show")
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
+@click.option("--pip", is_flag=True, help="Also print the remote `pip freeze`.")
+@pass_app
+def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
+    """What a job ran with: its spec as written, the git commit and diff of the workspace,
+    the remote python / torch / CUDA / GPUs and pip freeze.
+
+    \b
+    Example:
+      orch show gpt2-lora-20261129-101500-1a2b
+    """
+    record = app.registry.get(job)
+    host = app.inventory.get(record.hosts[0])
+    with open_transport(host, app.inventory, never) as transport:
+        shown = Remote(host, transport).call("show", record.job_id)
+    if as_json:
+        app.json(shown)
+        return
+    env = shown.get("environment") if isinstance(shown.get("environment"), dict) else {}
+    git = shown.get("git") if isinstance(shown.get("git"), dict) else None
+    freeze = shown.get("pip_freeze") or ""
+    lines = [
+        f"job:      {record.job_id} ({shown.get('status', {}).get('state')}) on {', '.join(record.hosts)}",
+        f"python:   {env.get('python', '?')} ({env.get('executable', '?')})",
+        f"torch:    {env.get('torch', '?')}  cuda: {env.get('cuda')}  cuda available: {env.get('cuda_available')}",
+        "gpus:     " + ("; ".join(env.get("gpus") or []) or "none"),
+        f"packages: {len([l for l in freeze.splitlines() if l.strip()])} (orch show {record.job_id} --pip)",
+        "git:      " + (f"{git.get('commit')} on {git.get('branch')}" + (f", {len(git.get('dirty') or [])} uncommitted file(s)"
+                                                                      if git.get("dirty") else ", clean")
+                        if git else "not a git repository"),
+        "--- spec as written", (shown.get("spec_text") or "(not recorded)").rstrip(),
+    ]
+    if shown.get("git_diff"):
+        lines += ["--- git diff HEAD", shown["git_diff"].rstrip()]
+    if pip:
+        lines += ["--- pip freeze", freeze.rstrip()]
+    click.echo(clean("\n".join(lines)))
+
+
+@click.command("rerun")
+@click.argument("job")
+@click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the new job succeeds, 1 if not.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the new job_id.")
+@pass_app
+def rerun_cmd(app: App, job: str, follow: bool, as_json: bool) -> None:
+    """Run a job again as a new job: the same recorded spec and the same code snapshot.
+
+    \b
+    Example:
+      orch rerun gpt2-lora-20261129-101500-1a2b --follow
+    """
+    plan = rerun(app.registry.get(job), app.inventory, app.registry, say=app.say)
+    result = {"job_id": plan.job_id, "rerun_of": job, "state": "pending"}
+    if follow:
+        status = follow_to_end(app, app.registry.get(plan.job_id), as_json=as_json)
+        result.update(state=status["state"], exit_code=status.get("exit_code"))
+    if as_json:
+        app.json(result)
+    else:
+        click.echo(plan.job_id)
+    if follow and result["state"] != "succeeded":
+        raise SystemExit(1)
+
+
+COMMANDS = [show_cmd, rerun_cmd]

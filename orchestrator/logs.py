@@ -130,6 +130,8 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
         def one(i: int) -> None:
             follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail)
             writers[i].flush()
+            if follow:
+                probe(record, inventory, registry)  # a node that ended badly: stop the others now
 
         parallel(one, list(range(len(hosts))))
     return probe(record, inventory, registry)

@@ -5,6 +5,7 @@
 # device's dense bf16 peak as reported in metrics.jsonl, peak memory) to paste into bench/RESULTS.md.
 #
 #   bench/gpu.sh [WORK_DIR]          # env: PYTHON (python3), NPROC (all GPUs), STEPS (60)
+#   NPROC=1 STEPS=12 MODEL=bench-gpt2 SEQ=128 bench/gpu.sh   # a smoke test of this script on a CPU
 #
 # Needs torch with CUDA, transformers, peft, tokenizers; no network (the model is generated).
 # Budget: well under 8 minutes on one A100/H100-class GPU (4 runs of ~30-60 s, mostly start-up).
@@ -14,14 +15,17 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WORK=${1:-$(mktemp -d /tmp/orch-bench-gpu.XXXX)}
 STEPS=${STEPS:-60}
-NPROC=${NPROC:-$(nvidia-smi -L | wc -l)}
+NPROC=${NPROC:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+MODEL=${MODEL:-gpt2-124m}
+SEQ=${SEQ:-1024}
+[ "$NPROC" -gt 0 ] || { echo "no GPU found (nvidia-smi -L); set NPROC to run anyway" >&2; exit 1; }
 export PYTHONPATH=$REPO HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 
 # The model and data: the tiny BPE tokenizer, a 124M GPT-2 config, text lines of >= 1024 tokens.
-"$PY" "$REPO/bench/trainer.py" --build gpt2-124m --assets "$WORK"
+"$PY" "$REPO/bench/trainer.py" --build "$MODEL" --assets "$WORK"
 
-"$PY" -c "import torch; print(f'# {torch.cuda.get_device_name(0)} x $NPROC, torch {torch.__version__}, CUDA {torch.version.cuda}, $(date -u +%F)')"
+"$PY" -c "import torch; gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'; print(f'# {gpu} x $NPROC, torch {torch.__version__}, CUDA {torch.version.cuda}, $MODEL, seq $SEQ, $(date -u +%F)')"
 echo
 echo "| precision | mode | GPUs | tokens/s | MFU | peak MiB |"
 echo "|---|---|---|---|---|---|"
@@ -32,8 +36,8 @@ for precision in bf16 fp16; do
     lora='null'
     [ "$mode" = lora ] && lora='{"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["c_attn", "c_proj", "c_fc"]}'
     cat > "$out/train.json" <<EOF
-{"model": "gpt2-124m", "finetune": "$mode", "lora": $lora,
- "data": {"train": "gpt2-124m.jsonl", "format": "text", "max_length": 1024},
+{"model": "$MODEL", "finetune": "$mode", "lora": $lora,
+ "data": {"train": "$MODEL.jsonl", "format": "text", "max_length": $SEQ},
  "precision": "$precision", "batch_size": 8, "max_steps": $STEPS, "lr": 1e-4, "warmup_steps": 5,
  "log_every": 10, "eval_every": 1000000, "save_every": 1000000}
 EOF

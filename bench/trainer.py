@@ -110,7 +110,7 @@ def worker_bare(assets: Path, mode: str, steps: int, warmup: int, out: Path) -> 
             t0 = time.perf_counter()
         start = ((step * world + rank) * BATCH) % (len(data) - BATCH)
         batch = data[start : start + BATCH]
-        model(input_ids=batch, labels=batch).loss.backward()
+        model(input_ids=batch, labels=batch, use_cache=False).loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)  # as ours and Trainer (max_grad_norm 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -84,7 +84,7 @@ def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.Abs
     `is_causal` (flash) path instead of materialising a mask.
     """
     with autocast:
-        logits = model(input_ids=batch.input_ids).logits
+        logits = model(input_ids=batch.input_ids, use_cache=False).logits  # no KV cache in training
     return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE, reduction="sum")
 
 
@@ -130,6 +130,10 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
                               f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     ckpt = checkpoint.latest_checkpoint(out)
+    seen = {str(c) for c in distributed.all_gather_object(info, ckpt and ckpt.name)}
+    if len(seen) > 1:  # only rank 0 writes: other nodes see nothing without a shared filesystem
+        raise TrainSetupError(f"ranks see different latest checkpoints {sorted(seen)}: resuming across nodes needs "
+                              "the job folder's checkpoints/ on every node")
     if ckpt is not None:
         checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
 

@@ -10,7 +10,6 @@ import select
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -139,3 +138,14 @@ def test_follow_bar_reads_trainer_lines_split_across_chunks() -> None:
         bar.feed(chunk)
     task = bar.progress.tasks[0]
     assert (task.completed, task.total, task.fields["loss"], task.fields["tps"]) == (3, 10, "2.5000", "123")
+
+
+def test_total_steps_fall_back_to_the_specs_max_steps(tmp_path: Path) -> None:
+    from orchestrator.cli.status import _total_steps
+
+    (tmp_path / "ws").mkdir()
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nhosts: [local]\nworkspace: {path: ws}\n"
+                    "train: {model: m, data: {train: d.jsonl}, max_steps: 123}\n")
+    assert _total_steps(str(spec)) == 123
+    assert _total_steps(str(tmp_path / "gone.yaml")) is None

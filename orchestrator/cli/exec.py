@@ -63,7 +63,7 @@ def run_streaming(proc: Process, forward_stdin: bool) -> int:
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
 @click.argument("host_name", metavar="HOST")
-@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
 @pass_app
 def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
     """Run one command on HOST (through its login shell) and exit with its exit code.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import asdict
+from functools import lru_cache
 from typing import Any
 
 import click
@@ -53,10 +54,12 @@ def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _total_steps(record: Any) -> int | None:
-    """``train.max_steps`` from the job's spec file, when it is still there and readable."""
+@lru_cache(maxsize=256)
+def _total_steps(spec_path: str) -> int | None:
+    """``train.max_steps`` from the job's spec file, when it is still there and readable
+    (read once per process: ``status -w`` refreshes often)."""
     try:
-        train = load_spec(record.spec_path).spec.train
+        train = load_spec(spec_path).spec.train
     except (OrchError, OSError):
         return None
     return train.max_steps if train is not None else None
@@ -75,7 +78,7 @@ def _price(app: App, record: Any) -> float | None:
 def progress_of(app: App, record: Any, status: dict[str, Any]) -> JobProgress:
     nodes = status.get("nodes")
     count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
-    return row_fields(status, record.created, count, _total_steps(record), _price(app, record))
+    return row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
 
 
 def _table(app: App, records: list[Any], statuses: dict[str, dict[str, Any]]) -> Table:

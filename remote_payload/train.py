@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False")  # peft fixes it for GPT-2's Conv1D
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    # Right padding under causal attention needs no mask (see loss_sum); HF's advice does not apply.
+    logging.getLogger("transformers.modeling_utils").addFilter(lambda r: "passing in an `attention_mask`" not in r.getMessage())
     distributed.die_with_parent()
     stop = distributed.StopSignal()
     info = distributed.setup()

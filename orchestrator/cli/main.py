@@ -12,7 +12,7 @@ import sys
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, plot, resume, status, submit, vscode
+from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, plot, resume, show, status, submit, vscode
 from orchestrator.errors import OrchError
 
 EPILOG = """\b
@@ -37,7 +37,7 @@ def cli() -> None:
     """Run fine-tuning jobs on rented SSH GPU servers from your laptop."""
 
 
-for module in (check, submit, status, logs, cancel, fetch, resume, hosts, vscode, exec, plot):
+for module in (check, submit, status, logs, cancel, fetch, resume, show, hosts, vscode, exec, plot):
     for command in module.COMMANDS:
         cli.add_command(command)
 

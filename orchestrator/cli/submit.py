@@ -8,6 +8,7 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.logs import follow_to_end
+from orchestrator.errors import UsageError
 from orchestrator.launch import submit
 from orchestrator.plan import plan_text
 from orchestrator.spec import load_spec
@@ -18,18 +19,25 @@ from orchestrator.spec import load_spec
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (job.json) and start nothing.")
 @click.option("--force", is_flag=True, help="Overwrite files that were edited on the server.")
+@click.option("--pull-remote-edits", is_flag=True,
+              help="Copy files edited on the server (VSCode Remote) back into the local workspace first.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with job_id.")
 @pass_app
-def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, as_json: bool) -> None:
+def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
+               as_json: bool) -> None:
     """Validate, sync the workspace, set up and launch a job.
 
     \b
     Examples:
       orch submit jobs/tiny-lora-local.yaml --follow
       orch submit job.yaml --dry-run
+      orch submit job.yaml --pull-remote-edits   # after editing on the server in VSCode
     """
     loaded = load_spec(spec_file)
-    done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force)
+    if force and pull_remote_edits:
+        raise UsageError("--force overwrites the server's edits, --pull-remote-edits keeps them: choose one")
+    done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
+                  pull_remote_edits=pull_remote_edits)
     plan = done.plan
     if dry_run:
         click.echo(plan_text(plan))

@@ -138,10 +138,10 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
         {k: v for k, v in recorded[rel].items() if k not in ("rsize", "rmtime_ns")} == entry
         for rel, entry in plan.entries.items()
     )
-    clobber = sorted((edited - pulled) & (set(plan.send) | set(plan.delete))) if not force else []
+    clobber = sorted(edited - pulled) if not force else []
     if clobber:
         raise UsageError(
-            "these files were changed on the server since the last sync and would be overwritten: "
+            "these files were changed on the server since the last sync (the laptop's copy would replace them): "
             + ", ".join(clobber[:20]) + ("" if len(clobber) <= 20 else f" (+{len(clobber) - 20} more)")
             + "\nBring them to the laptop with --pull-remote-edits, or pass --force to overwrite them."
         )

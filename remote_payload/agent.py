@@ -108,7 +108,7 @@ class Agent:
                 st.update(state="lost", reason="the server restarted since the job started")
             elif not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
                 st.update(state="lost", reason="the supervisor is not running (killed?)")
-        metrics = last_line(os.path.join(d, "metrics.jsonl"))
+        metrics = last_metrics(os.path.join(d, "metrics.jsonl"))
         if metrics is not None:
             st["metrics"] = metrics
         return st
@@ -233,21 +233,36 @@ def kill_group(pgid: int, grace: float) -> None:
         time.sleep(0.05)
 
 
-def last_line(path: str) -> Optional[Dict[str, Any]]:
+def last_metrics(path: str) -> Optional[Dict[str, Any]]:
+    """The newest training row of metrics.jsonl (one with ``loss``), with the newest eval
+    row's ``eval_loss``/``eval_ppl`` merged in; None when there is none yet."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 8192))
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 32768))
             lines = f.read().splitlines()
     except OSError:
         return None
+    train: Optional[Dict[str, Any]] = None
+    evaluation: Optional[Dict[str, Any]] = None
     for line in reversed(lines):
         try:
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict):
-            return value
-    return None
+        if not isinstance(value, dict):
+            continue
+        if train is None and "loss" in value:
+            train = value
+        if evaluation is None and "eval_loss" in value:
+            evaluation = value
+        if train is not None and evaluation is not None:
+            break
+    if train is None:
+        return evaluation
+    out = dict(train)
+    if evaluation is not None:
+        out.update({k: v for k, v in evaluation.items() if k.startswith("eval_")})
+    return out
 
 
 def fail(message: str) -> int:

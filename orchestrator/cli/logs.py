@@ -14,7 +14,7 @@ from orchestrator.progress import FollowBar
 from orchestrator.registry import JobRecord
 
 
-def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int = 0,
+def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int | None = None,
                   tail: int | None = None) -> dict[str, Any]:
     """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
     On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
@@ -36,9 +36,10 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (reconnects by itself).")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start with the last N lines.")
-@click.option("--node", type=click.IntRange(min=0), default=0, show_default=True, help="Which node's log.")
+@click.option("--node", type=click.IntRange(min=0), default=None,
+              help="One node's log (0 = the first host); default: every node, lines prefixed [node i].")
 @pass_app
-def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int) -> None:
+def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | None) -> None:
     """Print a job's log; with -f follow it until the job ends.
 
     \b

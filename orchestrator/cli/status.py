@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
@@ -13,45 +12,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import jobs
 from orchestrator.cli.app import App, pass_app
-from orchestrator.connect import never, open_transport
-from orchestrator.errors import HostError, OrchError, UsageError
+from orchestrator.errors import OrchError, UsageError
 from orchestrator.progress import COLUMNS, JobProgress, row_fields
-from orchestrator.registry import SUBMITTING
-from orchestrator.remote import Remote
 from orchestrator.spec import load_spec
 from orchestrator.termtext import clean
 
-TERMINAL = ("succeeded", "failed", "cancelled")
-
-
 def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
-    """Ask each host once about its jobs that are not finished; keep the registry's word for
-    finished jobs and for hosts that cannot be reached (marked ``stale``)."""
-    out = {r.job_id: dict(r.detail, state=r.state, job_id=r.job_id) for r in records}
-    by_host: dict[str, list[str]] = defaultdict(list)
-    for r in records:
-        if r.state not in TERMINAL:
-            by_host[r.hosts[0]].append(r.job_id)
-    for host_name, ids in by_host.items():
-        try:
-            host = app.inventory.get(host_name)
-            with open_transport(host, app.inventory, never) as transport:
-                jobs = Remote(host, transport).call("status", *ids)["jobs"]
-        except (HostError, UsageError) as exc:
-            app.say(f"warning: {exc}".splitlines()[0])
-            for job_id in ids:
-                out[job_id]["stale"] = True
-            continue
-        for job_id in ids:
-            status = jobs.get(job_id)
-            if out[job_id]["state"] == SUBMITTING and isinstance(status, dict) and status.get("state") == "unknown":
-                out[job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
-                continue
-            if isinstance(status, dict) and isinstance(status.get("state"), str):
-                app.registry.update(job_id, status["state"], status)
-                out[job_id] = dict(status, job_id=job_id)
-    return out
+    """Statuses from the hosts (one connection per host; nodes aggregated), see jobs.refresh."""
+    return jobs.refresh(records, app.inventory, app.registry, app.say)
 
 
 @lru_cache(maxsize=256)

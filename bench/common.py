@@ -5,13 +5,17 @@ Benchmarks print tables and never assert on times (machines are noisy; see DESIG
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +27,8 @@ from tests.sshd import SSHServer, start_sshd
 
 __all__ = [
     "REPO",
+    "link_args",
+    "sshd_and_proxy",
     "LatencyProxy",
     "SSHServer",
     "machine",
@@ -36,6 +42,31 @@ __all__ = [
 
 SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
             "-o", "BatchMode=yes"]
+
+
+def link_args(description: str) -> argparse.Namespace:
+    """The benches' shared options: repeats and the latency proxy's link."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--mbit", type=float, default=100.0)
+    return ap.parse_args()
+
+
+@contextmanager
+def sshd_and_proxy(prefix: str, args: argparse.Namespace) -> Iterator[tuple[Path, SSHServer, LatencyProxy]]:
+    """A temp folder, a loopback sshd in it and a latency proxy in front; all removed after."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    tmp.chmod(0o755)
+    server = start_sshd(tmp / "sshd")
+    proxy = LatencyProxy(server.port, delay_s=args.delay_ms / 1000, rate_bps=args.mbit * 1e6)
+    proxy.start()
+    try:
+        yield tmp, server, proxy
+    finally:
+        proxy.stop()
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ssh_argv(port: int, key: Path) -> list[str]:

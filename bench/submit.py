@@ -17,19 +17,16 @@ anchor alternating; each job is left to finish before the next run starts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import common
-from common import LatencyProxy, machine, median, ssh_argv, start_sshd, table
+from common import machine, median, ssh_argv, table
 
 
 def new_status_files(jobs: Path, seen: set[str]) -> list[Path]:
@@ -96,18 +93,8 @@ def anchor(port: int, key: Path, marker: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--delay-ms", type=float, default=20.0)
-    ap.add_argument("--mbit", type=float, default=100.0)
-    args = ap.parse_args()
-
-    tmp = Path(tempfile.mkdtemp(prefix="orch-bench-submit-"))
-    tmp.chmod(0o755)
-    server = start_sshd(tmp / "sshd")
-    proxy = LatencyProxy(server.port, delay_s=args.delay_ms / 1000, rate_bps=args.mbit * 1e6)
-    proxy.start()
-    try:
+    args = common.link_args(__doc__.split("\n\n")[0])
+    with common.sshd_and_proxy("orch-bench-submit-", args) as (tmp, server, proxy):
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
         env.update(ORCH_HOME=str(tmp / "home"), PYTHONPATH=str(common.REPO))
         laptop = tmp / "laptop"
@@ -164,10 +151,6 @@ def main() -> None:
         print("\n(ssh has no supervisor: its 'supervisor running' ratio is against the ssh anchor's process running.)")
         print("\nfirst submit to a fresh host (payload install + sync of the small workspace; 1 run):\n")
         print(table(["link", "returned s", "supervisor s", "job process s"], firsts))
-    finally:
-        proxy.stop()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

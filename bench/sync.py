@@ -14,17 +14,16 @@ Also printed: bytes on the wire through the proxy, orch's time by phase and its 
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import LatencyProxy, machine, median, ssh_argv, start_sshd, table
+import common
+from common import machine, median, ssh_argv, table
 
 from orchestrator import sync as syncmod
 from orchestrator.connect import open_transport
@@ -94,18 +93,8 @@ def forget_sync(root: Path, ws: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--delay-ms", type=float, default=20.0)
-    ap.add_argument("--mbit", type=float, default=100.0)
-    args = ap.parse_args()
-
-    tmp = Path(tempfile.mkdtemp(prefix="orch-bench-sync-"))
-    tmp.chmod(0o755)
-    server = start_sshd(tmp / "sshd")
-    proxy = LatencyProxy(server.port, delay_s=args.delay_ms / 1000, rate_bps=args.mbit * 1e6)
-    proxy.start()
-    try:
+    args = common.link_args(__doc__.split("\n\n")[0])
+    with common.sshd_and_proxy("orch-bench-sync-", args) as (tmp, server, proxy):
         ws = tmp / "project"
         small = make_workspace(ws)
         print(f"# orch sync vs rsync -az over ssh — {machine()}")
@@ -164,10 +153,6 @@ def main() -> None:
         print(table(["row", "connect", "hello", "select+plan+send", "close", "total", "channels"], phases))
         print("\none-time payload install on a fresh host (hello with install minus hello without):\n")
         print(table(["link", "install s", "hello s"], installs))
-    finally:
-        proxy.stop()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

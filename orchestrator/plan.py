@@ -12,23 +12,19 @@ import posixpath
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from orchestrator.errors import UsageError
 from orchestrator.hosts import Host
 from orchestrator.presets import PRESETS, preset_env, preset_setup
-from orchestrator.spec import JobSpec
+from orchestrator.spec import Frozen, JobSpec
 
 HEARTBEAT_S = 2.0
 GRACE_S = 30.0
 JOIN_TIMEOUT_S = 300
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HostFacts(_Frozen):
+class HostFacts(Frozen):
     """What ``agent hello`` reported about a host."""
 
     python: str
@@ -39,7 +35,7 @@ class HostFacts(_Frozen):
     python_version: str = ""
 
 
-class NodePlan(_Frozen):
+class NodePlan(Frozen):
     host: str
     node_rank: int
     nproc: int
@@ -49,7 +45,7 @@ class NodePlan(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class Plan(_Frozen):
+class Plan(Frozen):
     job_id: str
     name: str
     project: str

@@ -23,17 +23,18 @@ from remote_payload.config import TrainConfig
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-KNOWN_PRESETS = ("autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror")
 MAX_SPEC_BYTES = 1_000_000
 MAX_NODES = 50_000
 MAX_DEPTH = 64
 
 
-class _Model(BaseModel):
+class Frozen(BaseModel):
+    """Base of orch's records: immutable, and an unknown field is an error."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class InlineHost(_Model):
+class InlineHost(Frozen):
     """A host written into the job file instead of the inventory."""
 
     name: str = Field(pattern=NAME_RE, description="Name used in job ids, logs and `orch code`.")
@@ -56,12 +57,12 @@ HostRef = Annotated[
 ]
 
 
-class Workspace(_Model):
+class Workspace(Frozen):
     path: str = Field(".", description="Local folder to sync, relative to the job file.")
     exclude: list[str] = Field(default_factory=list, description="gitignore-style patterns, on top of .gitignore and .orchignore.")
 
 
-class Launch(_Model):
+class Launch(Frozen):
     nproc_per_node: Literal["auto"] | Annotated[int, Field(ge=1, le=1024)] = Field(
         "auto", description="Processes per node: `auto` = GPUs on the node (1 without GPUs), or an int."
     )
@@ -95,7 +96,7 @@ class Launch(_Model):
         return value
 
 
-class OnFinish(_Model):
+class OnFinish(Frozen):
     shutdown: bool = Field(False, description="Power the host off when the job ends — after `orch fetch` has "
                            "confirmed the outputs, and never while another orch job runs there.")
     shutdown_after_fetch_timeout_s: int = Field(1800, ge=0, description="Shut down anyway after this long without a fetch.")
@@ -105,7 +106,7 @@ class OnFinish(_Model):
     )
 
 
-class JobSpec(_Model):
+class JobSpec(Frozen):
     """The whole job file. Exactly one of ``launch.command`` and ``train`` is set."""
 
     name: str = Field(pattern=NAME_RE, description="[a-z0-9-]; job ids are <name>-<yyyymmdd-hhmmss>-<4 hex>.")

@@ -32,6 +32,20 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     return status
 
 
+def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, as_json: bool) -> None:
+    """The shared end of submit and rerun: follow if asked, print JSON or the job id, and
+    exit 1 when a followed job did not succeed."""
+    if follow:
+        status = follow_to_end(app, app.registry.get(job_id), as_json=as_json)
+        result.update(state=status["state"], exit_code=status.get("exit_code"), reason=status.get("reason"))
+    if as_json:
+        app.json(result)
+    else:
+        click.echo(job_id)
+    if follow and result["state"] != "succeeded":
+        raise SystemExit(1)
+
+
 @click.command("logs")
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (reconnects by itself).")

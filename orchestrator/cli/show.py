@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.cli.logs import follow_to_end
+from orchestrator.cli.logs import report_new_job
 from orchestrator.connect import never, open_transport
 from orchestrator.launch import rerun
 from orchestrator.remote import Remote
@@ -66,16 +66,7 @@ def rerun_cmd(app: App, job: str, follow: bool, as_json: bool) -> None:
       orch rerun gpt2-lora-20261129-101500-1a2b --follow
     """
     plan = rerun(app.registry.get(job), app.inventory, app.registry, say=app.say)
-    result = {"job_id": plan.job_id, "rerun_of": job, "state": "pending"}
-    if follow:
-        status = follow_to_end(app, app.registry.get(plan.job_id), as_json=as_json)
-        result.update(state=status["state"], exit_code=status.get("exit_code"))
-    if as_json:
-        app.json(result)
-    else:
-        click.echo(plan.job_id)
-    if follow and result["state"] != "succeeded":
-        raise SystemExit(1)
+    report_new_job(app, plan.job_id, {"job_id": plan.job_id, "rerun_of": job, "state": "pending"}, follow, as_json)
 
 
 COMMANDS = [show_cmd, rerun_cmd]

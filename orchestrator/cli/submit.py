@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.cli.logs import follow_to_end
+from orchestrator.cli.logs import report_new_job
 from orchestrator.errors import UsageError
 from orchestrator.launch import submit
 from orchestrator.plan import plan_text
@@ -44,15 +44,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         return
     result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
               "state": "pending", "sync": done.sync_summary}
-    if follow:
-        status = follow_to_end(app, app.registry.get(plan.job_id), as_json=as_json)
-        result.update(state=status["state"], exit_code=status.get("exit_code"), reason=status.get("reason"))
-    if as_json:
-        app.json(result)
-    else:
-        click.echo(plan.job_id)
-    if follow and result["state"] != "succeeded":
-        raise SystemExit(1)
+    report_new_job(app, plan.job_id, result, follow, as_json)
 
 
 COMMANDS = [submit_cmd]

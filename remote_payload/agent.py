@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import netcheck, onfinish, streams, workspace
+from remote_payload import netcheck, onfinish, repro, streams, workspace
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
 
 PENDING_GRACE_S = 30.0
@@ -65,10 +65,10 @@ class Agent:
         if request.get("from_job"):  # orch rerun: the earlier job's code and records, not the workspace
             earlier = self.job_dir(request["from_job"])
             workspace.link_tree(os.path.join(earlier, "code"), os.path.join(tmp, "code"))
-            workspace.link_tree(os.path.join(earlier, "repro"), os.path.join(tmp, "repro"), only=REPRO_FROM_LAPTOP)
+            workspace.link_tree(os.path.join(earlier, "repro"), os.path.join(tmp, "repro"), only=repro.FROM_LAPTOP)
         else:
             workspace.snapshot(self.root, request["project"], os.path.join(tmp, "code"))
-        write_repro(os.path.join(tmp, "repro"), request.get("repro") or {})
+        repro.write_submission(os.path.join(tmp, "repro"), request.get("repro") or {})
         os.makedirs(os.path.join(tmp, "logs"))
         atomic_write_json(os.path.join(tmp, "job.json"), job)
         if request.get("train") is not None:
@@ -153,23 +153,6 @@ class Agent:
         atomic_write_json(os.path.join(d, "status.json"), old)
         return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
 
-    def show(self, job_id: str) -> Dict[str, Any]:
-        """What was recorded about a job: spec, git state, environment, pip freeze."""
-        repro = os.path.join(self.job_dir(job_id), "repro")
-
-        def text(name: str, limit: int = 1 << 20) -> Optional[str]:
-            try:
-                with open(os.path.join(repro, name), encoding="utf-8", errors="replace") as f:
-                    return f.read(limit)
-            except OSError:
-                return None
-
-        return {"status": self.probe(job_id), "spec_text": text("spec.yaml"), "git_diff": text("git.diff"),
-                "spec_resolved": read_json(os.path.join(repro, "spec.resolved.json")),
-                "git": read_json(os.path.join(repro, "git.json")),
-                "environment": read_json(os.path.join(repro, "environment.json")),
-                "pip_freeze": text("pip-freeze.txt")}
-
     # -- logs and files --------------------------------------------------------------
     def log_path(self, job_id: str, node: int) -> str:
         return os.path.join(self.job_dir(job_id), "logs", "node%d.log" % node)
@@ -184,22 +167,6 @@ class Agent:
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
         current["state"] = st["state"]
         return current
-
-
-REPRO_FROM_LAPTOP = ("spec.yaml", "spec.resolved.json", "git.json", "git.diff")
-
-
-def write_repro(folder: str, repro: Dict[str, Any]) -> None:
-    """The laptop's records of a submission: the spec as written and resolved, git state."""
-    os.makedirs(folder, exist_ok=True)
-    texts = {"spec.yaml": repro.get("spec_text"), "git.diff": repro.get("git_diff")}
-    for name, text in texts.items():
-        if isinstance(text, str):
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-                f.write(text)
-    for name, key in (("spec.resolved.json", "spec_resolved"), ("git.json", "git")):
-        if repro.get(key) is not None:
-            atomic_write_json(os.path.join(folder, name), repro[key])
 
 
 def count_gpus() -> int:
@@ -310,7 +277,7 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
             streams.send(agent.job_dir(args[0]), json.loads(sys.stdin.read()), sys.stdout.buffer)
             return 0
         elif cmd == "show":
-            result = agent.show(args[0])
+            result = dict(repro.show(agent.job_dir(args[0])), status=agent.probe(args[0]))
         elif cmd == "fetched":
             open(os.path.join(agent.job_dir(args[0]), onfinish.FETCHED), "a").close()
             result = {"ok": True}

@@ -1,60 +1,21 @@
-"""What a supervisor records about its node, and what it does after the job ends.
+"""What a supervisor does after its job ends (standard library only).
 
-Standard library only. ``record_environment`` writes ``repro/environment.json`` (python,
-torch, CUDA, GPUs) and ``repro/pip-freeze.txt`` atomically. ``shutdown_when_done`` powers
-the node off when ``on_finish.shutdown`` is set — only after ``orch fetch`` left the
-``.fetched`` marker (or the timeout passed), never while another orch job runs on the host,
-and not at all when the job was resumed meanwhile.
+``shutdown_when_done`` powers the node off when ``on_finish.shutdown`` is set — only after
+``orch fetch`` left the ``.fetched`` marker (or the timeout passed), never while another orch
+job runs on the host, and not at all when the job was resumed meanwhile.
 """
 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import subprocess
 import time
 from typing import Any, Callable, Dict, List
 
-from remote_payload.common import TERMINAL, atomic_write_json, pid_alive, read_json
+from remote_payload.common import TERMINAL, pid_alive, read_json
 
 FETCHED = ".fetched"
-PROBE = (
-    "import json, platform, sys\n"
-    "out = {'python': sys.version.split()[0], 'executable': sys.executable, 'platform': platform.platform()}\n"
-    "try:\n"
-    "    import torch\n"
-    "    out.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())\n"
-    "except Exception as exc:\n"
-    "    out['torch'] = 'unavailable: %s' % exc\n"
-    "print(json.dumps(out))\n"
-)
-
-
-def _run(argv: List[str], timeout: float = 60) -> str:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
-def record_environment(job_dir: str, python: str) -> None:
-    repro = os.path.join(job_dir, "repro")
-    os.makedirs(repro, exist_ok=True)
-    env: Dict[str, Any] = {}
-    try:
-        env = json.loads(_run([python, "-c", PROBE]) or "{}")
-    except ValueError:
-        pass
-    env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20).splitlines() if line.startswith("GPU ")]
-    freeze = _run([python, "-m", "pip", "freeze"], 120)
-    tmp = os.path.join(repro, "pip-freeze.txt.tmp.%d" % os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(freeze)
-    os.replace(tmp, os.path.join(repro, "pip-freeze.txt"))
-    atomic_write_json(os.path.join(repro, "environment.json"), env)
-
-
 def other_jobs_running(root: str, job_id: str) -> List[str]:
     running = []
     for path in glob.glob(os.path.join(root, "jobs", "*", "status.json")):

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload import onfinish  # noqa: E402
+from remote_payload import onfinish, repro  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
@@ -149,7 +149,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
-        recorder = threading.Thread(target=onfinish.record_environment, args=(self.job_dir, sys.executable), daemon=True)
+        recorder = threading.Thread(target=repro.record_environment, args=(self.job_dir, sys.executable), daemon=True)
         recorder.start()
         env = self.env()
         code = self.setup(env)

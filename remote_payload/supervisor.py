@@ -31,6 +31,11 @@ from remote_payload import onfinish, repro  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
+TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")
+TRAINER_NEEDS = ("the built-in trainer needs %s on this host's python: add to the job's setup: "
+                 "python -m pip install transformers peft safetensors pydantic")
+
+
 class Supervisor:
     def __init__(self, job_dir: str, node_rank: int) -> None:
         self.job_dir, self.node_rank = job_dir, node_rank
@@ -134,6 +139,14 @@ class Supervisor:
             open(marker, "w").close()
         return code
 
+    def missing_modules(self, env: Dict[str, str]) -> List[str]:
+        """For the built-in trainer: the packages it imports that this python lacks."""
+        if not os.path.exists(os.path.join(self.job_dir, "train.json")):
+            return []
+        probe = "import importlib.util as u; print(' '.join(m for m in %r if u.find_spec(m) is None))" % (TRAINER_MODULES,)
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False)
+        return out.stdout.split()
+
     def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
         self.say("job %s%s" % (state, ": " + reason if reason else ""))
         manifest_path = os.path.join(self.job_dir, "manifest.json")
@@ -153,8 +166,14 @@ class Supervisor:
         recorder.start()
         env = self.env()
         code = self.setup(env)
+        reason = "setup failed with exit code %d" % code
+        if code == 0:
+            missing = self.missing_modules(env)
+            if missing:
+                code, reason = 1, TRAINER_NEEDS % ", ".join(missing)
+                self.say(reason)
         if code != 0 and not self.cancelled.is_set():
-            self.finish("failed", code, "setup failed with exit code %d" % code)
+            self.finish("failed", code, reason)
             onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
             return 1
         if not self.cancelled.is_set():

@@ -148,3 +148,16 @@ def test_failing_setup_fails_the_job_before_launch(orch: Orch, host: str) -> Non
     result = json.loads(orch("submit", str(spec), "--follow", "--json", check=1).stdout)
     assert result["state"] == "failed" and result["reason"] == "setup failed with exit code 7"
     assert "line 0" not in (orch.job_dir(result["job_id"]) / "logs" / "node0.log").read_text()
+
+
+def test_a_trainer_job_on_a_bare_python_fails_naming_what_to_install(orch: Orch, sshd, tmp_path: Path) -> None:
+    orch("hosts", "add", "bare", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(orch.remote_root), "--python", "/usr/bin/python3", "--trust")
+    (orch.cwd / "ws").mkdir()
+    (orch.cwd / "ws" / "train.jsonl").write_text('{"text": "hello"}\n')
+    spec = orch.cwd / "t.yaml"
+    spec.write_text(json.dumps({"name": "bare", "hosts": ["bare"], "workspace": {"path": "ws"},
+                                "train": {"model": "m", "data": {"train": "train.jsonl", "format": "text"}}}))
+    result = json.loads(orch("submit", str(spec), "--follow", "--json", check=1).stdout)
+    assert result["state"] == "failed"
+    assert "the built-in trainer needs torch" in result["reason"] and "pip install" in result["reason"]

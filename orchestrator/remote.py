@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any, Sequence
 
+from orchestrator import pythons, shell
 from orchestrator.errors import CommandFailed, RemoteError
 from orchestrator.hosts import Host
 from orchestrator.payload import BOOT, MISSING_EXIT, payload_hash, payload_tar
@@ -19,16 +20,30 @@ from orchestrator.transport.base import Process, Result, Transport
 MAX_JSON_BYTES = 64 << 20
 
 
+# Commands that must see the login environment (conda's PATH, the profile's variables): the
+# supervisor inherits it from launch/resume; hello --gpus counts GPUs as the job will.
+LOGIN_COMMANDS = frozenset({"install", "launch", "resume", "preflight"})
+NOT_RUNNABLE = (126, 127)
+
+
 class Remote:
-    """One host's agent. ``python`` is the host's interpreter (``sys.executable`` for local)."""
+    """One host's agent. On an SSH host every command goes through ``bash -l`` until the
+    interpreter's absolute path is known (``hello`` reports it; it is cached under
+    ``ORCH_HOME``); then only ``LOGIN_COMMANDS`` pay for a login shell."""
 
     def __init__(self, host: Host, transport: Transport) -> None:
         self.host, self.transport = host, transport
         self.python = sys.executable if host.kind == "local" else host.python
+        self.direct = None if host.kind == "local" else pythons.get(host)
         self._installed = False
 
     def argv(self, command: str, *args: str) -> list[str]:
-        return [self.python, "-c", BOOT, self.host.root, payload_hash(), command, *args]
+        tail = ["-c", BOOT, self.host.root, payload_hash(), command, *args]
+        if self.host.kind == "local":
+            return [self.python, *tail]
+        if self.direct is None or command in LOGIN_COMMANDS or (command == "hello" and "--gpus" in args):
+            return shell.login_argv([self.python, *tail])
+        return [self.direct, *tail]
 
     def install(self) -> None:
         result = self.transport.run(self.argv("install"), input=payload_tar(), timeout=120)
@@ -38,6 +53,10 @@ class Remote:
 
     def _run(self, command: str, args: Sequence[str], input: bytes | None, timeout: float | None) -> Result:
         result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
+        if result.exit_code in NOT_RUNNABLE and self.direct is not None:  # the cached interpreter is gone
+            pythons.forget(self.host)
+            self.direct = None
+            result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
         if result.exit_code == MISSING_EXIT and not self._installed:
             self.install()
             result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
@@ -48,6 +67,11 @@ class Remote:
         """Run an agent command and return its parsed JSON object."""
         result = self._run(command, args, input, timeout)
         value = parse_json(result)
+        if command == "hello" and isinstance(value, dict) and self.host.kind != "local":
+            found = value.get("python")
+            if isinstance(found, str) and found.startswith("/") and found != self.direct:
+                pythons.put(self.host, found)
+                self.direct = found
         if isinstance(value, dict) and "error" in value:
             raise RemoteError(f"{self.host.name}: {command} failed: {value['error']}")
         if not result.ok:

@@ -22,9 +22,7 @@ def join(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(word) for word in argv)
 
 
-def login_shell(argv: Sequence[str]) -> str:
-    """Shell text that runs ``argv`` through ``bash -l`` (so conda's PATH is there).
-
-    ``exec`` replaces the shell, so signals and the exit code belong to the command itself.
-    """
-    return join(["bash", "-lc", "exec " + join(argv)])
+def login_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` run through ``bash -l`` (so conda's PATH and the profile's variables are
+    there). ``exec`` replaces the shell, so signals and the exit code belong to the command."""
+    return ["bash", "-lc", "exec " + join(argv)]

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from orchestrator import shell
 from orchestrator.cli.app import App, pass_app
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import UsageError
@@ -68,8 +69,8 @@ def run_streaming(proc: Process, forward_stdin: bool) -> int:
 def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
     """Run one command on HOST (through its login shell) and exit with its exit code.
 
-    The words after `--` are passed as they are: no shell on the laptop or the server
-    re-splits them. Piped stdin is forwarded.
+    The words after `--` are passed as they are (through a login shell on SSH hosts, so
+    conda's PATH is there): no shell re-splits them. Piped stdin is forwarded.
 
     \b
     Examples:
@@ -80,8 +81,9 @@ def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
     if not words:
         raise UsageError("nothing to run: orch exec HOST -- CMD ...")
     host = app.inventory.get(host_name)
+    argv = words if host.kind == "local" else shell.login_argv(words)  # conda's PATH, like the job
     with open_transport(host, app.inventory, never) as transport:
-        code = run_streaming(transport.start(words), forward_stdin=not sys.stdin.isatty())
+        code = run_streaming(transport.start(argv), forward_stdin=not sys.stdin.isatty())
     raise SystemExit(code)
 
 

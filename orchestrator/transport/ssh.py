@@ -1,4 +1,4 @@
-"""``SSHTransport``: one paramiko connection per orch command, commands via ``bash -l``.
+"""``SSHTransport``: one paramiko connection per orch command.
 
 Promises: TCP_NODELAY and keepalive on the socket; connect retried with backoff on network
 errors (never on an authentication or host-key failure); the host key must equal the one
@@ -207,7 +207,7 @@ class SSHTransport(Transport):
         return HostError(f"connection to {self.host.name} ({self.host.target}) was lost{detail}")
 
     def start(self, argv: Sequence[str]) -> Process:
-        command = shell.login_shell(argv)
+        command = shell.join(argv)
         try:
             transport = self.client.get_transport()
             if transport is None or not transport.is_active():

@@ -26,7 +26,7 @@ from orchestrator.transport.base import Process, Transport
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))
 CONNECT_ATTEMPTS = int(os.environ.get("ORCH_CONNECT_ATTEMPTS", "3"))
-KEEPALIVE_S = 15
+KEEPALIVE_S = float(os.environ.get("ORCH_KEEPALIVE_S", "10"))
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -127,10 +127,12 @@ class SSHTransport(Transport):
         """``trust(fingerprint)`` decides about a host with no pinned key; ``on_new_key``
         receives the accepted key line to pin it."""
         self.host, self.name = host, host.name
+        self.stalled = False
         self.client = self._connect(trust, on_new_key)
         transport = self.client.get_transport()
         assert transport is not None
-        transport.set_keepalive(KEEPALIVE_S)
+        self._closed = threading.Event()
+        threading.Thread(target=self._watchdog, args=(transport,), daemon=True).start()
 
     def _password(self) -> str | None:
         if not self.host.password_env:
@@ -202,8 +204,30 @@ class SSHTransport(Transport):
             f"orch hosts add {host.name} --ssh \"ssh -p PORT user@host\""
         )
 
+    def _watchdog(self, transport: paramiko.Transport) -> None:
+        """Every ``KEEPALIVE_S`` ask the server for a reply; without one within two more
+        periods the link is stalled: close it, so every blocked read or request fails as a
+        lost connection instead of hanging (paramiko's own keepalive never waits for one)."""
+        while not self._closed.wait(KEEPALIVE_S) and transport.is_active():
+            done = threading.Event()
+
+            def ping() -> None:
+                try:
+                    transport.global_request("keepalive@openssh.com", wait=True)
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass
+                done.set()
+
+            threading.Thread(target=ping, daemon=True).start()
+            if not done.wait(2 * KEEPALIVE_S) and not self._closed.is_set():
+                self.stalled = True
+                transport.close()
+                return
+
     def lost(self, exc: BaseException | None) -> HostError:
         detail = f": {exc}" if exc else ""
+        if self.stalled:
+            detail = f": no answer for {3 * KEEPALIVE_S:g} s (stalled)"
         return HostError(f"connection to {self.host.name} ({self.host.target}) was lost{detail}")
 
     def start(self, argv: Sequence[str]) -> Process:
@@ -219,4 +243,5 @@ class SSHTransport(Transport):
         return SSHProcess(self, channel, command)
 
     def close(self) -> None:
+        self._closed.set()
         self.client.close()

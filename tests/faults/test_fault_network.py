@@ -77,7 +77,8 @@ def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_li
     (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
     job = orch.json("submit", str(spec))["job_id"]
     follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
-                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "0.5"}, stdout=subprocess.PIPE,
+                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "0.5", "ORCH_KEEPALIVE_S": "1"},
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
     deadline = time.time() + 60
@@ -91,6 +92,25 @@ def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_li
     ticks = [l for l in out.splitlines() if l.startswith("tick ")]
     assert ticks == [f"tick {i:04d}" for i in range(80)]
     assert "reconnecting" in err and "stalled" in err
+
+
+def test_a_stalled_link_is_noticed_by_the_keepalive_not_waited_on_forever(
+        orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    spec = write_job(orch.cwd, "quiet", flaky, ["python", "tick.py", "60"])
+    (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
+    job = orch.json("submit", str(spec))["job_id"]
+    follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
+                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "600", "ORCH_KEEPALIVE_S": "1"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
+    deadline = time.time() + 60
+    while "tick 0010" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(0.1)
+    proxy.freeze()  # the link stops answering without closing; the log heartbeat is far away
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    assert [l for l in out.splitlines() if l.startswith("tick ")] == [f"tick {i:04d}" for i in range(60)]
+    assert "(stalled)" in err
 
 
 def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_path: Path) -> tuple[Path, subprocess.Popen]:

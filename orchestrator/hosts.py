@@ -41,6 +41,9 @@ class Host(BaseModel):
     host_key: str | None = Field(None, description="Pinned key as '<type> <base64>'.")
     price_per_hour: float | None = Field(
         None, ge=0, description="What the box costs per hour (any currency); `orch status` estimates cost.")
+    idle_shutdown_minutes: float | None = Field(
+        None, gt=0, description="Power the box off after this long with no orch job running (armed by the "
+        "supervisor of the last job to end).")
 
     @property
     def target(self) -> str:

@@ -157,7 +157,8 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
         workspace_dir=posixpath.join(root, "workspace", project), nodes=nodes,
         setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **spec.env},
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,
-        on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets)),
+        on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets),
+                       idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
     )
 

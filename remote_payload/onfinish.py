@@ -2,7 +2,8 @@
 
 ``shutdown_when_done`` powers the node off when ``on_finish.shutdown`` is set — only after
 ``orch fetch`` left the ``.fetched`` marker (or the timeout passed), never while another orch
-job runs on the host, and not at all when the job was resumed meanwhile.
+job runs on the host, and not at all when the job was resumed meanwhile. Without it, a host
+with ``idle_shutdown_minutes`` gets the idle guard (``shutdown_when_idle``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def other_jobs_running(root: str, job_id: str) -> List[str]:
 def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Callable[[str], None]) -> None:
     cfg = job.get("on_finish") or {}
     if not cfg.get("shutdown"):
+        if cfg.get("idle_shutdown_minutes"):
+            shutdown_when_idle(job_dir, job, float(cfg["idle_shutdown_minutes"]), say)
         return
     timeout = float(cfg.get("shutdown_after_fetch_timeout_s", 1800))
     marker = os.path.join(job_dir, FETCHED)
@@ -48,4 +51,26 @@ def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Cal
         return
     argv = list(cfg.get("shutdown_command") or ["shutdown", "-h", "now"])
     say("shutting down: %s" % " ".join(argv))
+    subprocess.run(argv, check=False)
+
+
+def shutdown_when_idle(job_dir: str, job: Dict[str, Any], minutes: float, say: Callable[[str], None]) -> None:
+    """The host's idle guard, armed by the supervisor of a job that ends with no other orch
+    job running: power off after ``minutes`` unless a job started meanwhile (its supervisor
+    takes over the guard when it ends)."""
+    root = os.path.dirname(os.path.dirname(job_dir))
+    if other_jobs_running(root, job["job_id"]):
+        return
+    armed = time.time()
+    say("idle guard: powering off in %.1f min unless another orch job starts" % minutes)
+    deadline = armed + 60 * minutes
+    while time.time() < deadline:
+        time.sleep(min(5.0, max(deadline - time.time(), 0.05)))
+        for path in glob.glob(os.path.join(root, "jobs", "*", "status.json")):
+            st = read_json(path)
+            if isinstance(st, dict) and st.get("job_id") != job["job_id"] and float(st.get("started") or 0) > armed:
+                say("idle guard: %s started; this guard stands down" % st.get("job_id"))
+                return
+    argv = list((job.get("on_finish") or {}).get("shutdown_command") or ["shutdown", "-h", "now"])
+    say("idle guard: no orch job for %.1f min, shutting down: %s" % (minutes, " ".join(argv)))
     subprocess.run(argv, check=False)

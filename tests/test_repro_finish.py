@@ -100,3 +100,22 @@ def test_pull_remote_edits_brings_server_changes_back_first(orch: Orch, box: str
     done = orch("submit", str(spec), "--pull-remote-edits", "--follow")
     assert main.read_text() == "print('fixed in VSCode on the server')\n"
     assert "fixed in VSCode on the server" in done.stdout
+
+
+def test_idle_guard_powers_off_only_when_no_job_came_along(orch: Orch, sshd, tmp_path: Path) -> None:
+    marker = tmp_path / "idle-off"
+    orch("hosts", "add", "idle", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(orch.remote_root), "--python", sys.executable, "--idle-shutdown-minutes", "0.1", "--trust")
+    finish = f"on_finish: {json.dumps({'shutdown_command': [sys.executable, '-c', SHUTDOWN, str(marker)]})}\n"
+    first = json.loads(orch("submit", str(write_job(orch.cwd, "first", "idle", ["python", "-c", "print(1)"], finish)),
+                            "--follow", "--json").stdout)["job_id"]
+    (orch.cwd / "b").mkdir()
+    second_spec = write_job(orch.cwd / "b", "second", "idle", ["python", "-c", "import time; time.sleep(2)"], finish)
+    second = json.loads(orch("submit", str(second_spec), "--follow", "--json").stdout)["job_id"]
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.3)
+    assert marker.exists()
+    first_log = (orch.job_dir(first) / "logs" / "node0.log").read_text()
+    assert f"idle guard: {second} started; this guard stands down" in first_log
+    assert "no orch job for 0.1 min, shutting down" in (orch.job_dir(second) / "logs" / "node0.log").read_text()

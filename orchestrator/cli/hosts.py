@@ -75,10 +75,13 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool) -> str | None:
               help="The key for --install-key (default ~/.ssh/id_ed25519 or id_rsa; made when none exists).")
 @click.option("--price-per-hour", type=click.FloatRange(min=0), default=None,
               help="What the box costs per hour: `orch status` shows a cost estimate.")
+@click.option("--idle-shutdown-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Power the box off after this long with no orch job running (cost guard).")
 @pass_app
 def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, password_env: str | None,
             root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool,
-            install_key: bool, key: Path | None, price_per_hour: float | None) -> None:
+            install_key: bool, key: Path | None, price_per_hour: float | None,
+            idle_shutdown_minutes: float | None) -> None:
     """Add or update a host.
 
     \b
@@ -105,6 +108,7 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     try:
         host = Host(name=name, password_env=password_env, root=root or preset_root or DEFAULT_ROOT,
                     python=python or "python3", presets=list(presets), price_per_hour=price_per_hour,
+                    idle_shutdown_minutes=idle_shutdown_minutes,
                     **fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(f"invalid host: {exc}") from None

@@ -85,8 +85,12 @@ def _fsync_tree(path: Path) -> None:
 def save_checkpoint(
     info: DistInfo, out: Path, raw_model: torch.nn.Module, cfg: TrainConfig, progress: Progress,
     optimizer: torch.optim.Optimizer, scheduler: object, scaler: torch.amp.GradScaler,
+    states: tuple[dict, dict] | None = None,
 ) -> Path:
-    """Write `checkpoints/step-<progress.step>/` (collective; see the module contract)."""
+    """Write `checkpoints/step-<progress.step>/` (collective; see the module contract).
+
+    `states`: the (model, optimizer) full state dicts, already gathered to rank 0 (FSDP; see
+    fsdp.py); None takes them from `raw_model` and `optimizer` (DDP / one process)."""
     rng = distributed.all_gather_object(info, _rng_state(info.device))
     root = out / "checkpoints"
     final = root / f"step-{progress.step}"
@@ -96,9 +100,10 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
         tmp = root / f"tmp-{progress.step}"
         tmp.mkdir()
-        raw_model.save_pretrained(tmp, safe_serialization=True)
+        model_state, optimizer_state = states or (None, optimizer.state_dict())
+        raw_model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict()},
+            {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict()},
             tmp / "trainer_state.pt",
         )
         torch.save(rng, tmp / "rng.pt")

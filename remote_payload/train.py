@@ -9,7 +9,8 @@ when there is one. Exit codes: 0 done; 2 a configuration/data/model problem foun
 training (one-line message in the log); 128+signal (143 for SIGTERM) when stopped by a signal
 after writing a checkpoint; anything else is a crash with a traceback.
 
-Read top to bottom: setup (device, precision, model, data, resume) → DDP → loop → save/export.
+Read top to bottom: setup (device, precision, model, data, resume) → DDP or FSDP (fsdp.py) → loop →
+save/export.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from remote_payload import checkpoint, data, distributed, export, metrics
+from remote_payload import checkpoint, data, distributed, export, fsdp, metrics
 from remote_payload import model as modeling
 from remote_payload.config import TrainConfig, TrainSetupError
 from remote_payload.data import IGNORE
@@ -59,9 +60,10 @@ def optimizer_step(
     scaler.unscale_(optimizer)
     grads = [p.grad for p in params if p.grad is not None]
     if max_grad_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)  # DTensor-aware: global norm under FSDP
     else:
         norm = torch.nn.utils.get_total_norm(grads)
+    norm = fsdp.full_tensor(norm)
     stepped = True
     if scaler.is_enabled():
         scale = scaler.get_scale()
@@ -90,13 +92,19 @@ def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.Abs
 
 @torch.no_grad()
 def evaluate(raw_model: torch.nn.Module, examples: list[data.Example], cfg: TrainConfig, info: distributed.DistInfo,
-             autocast: contextlib.AbstractContextManager, pad_id: int) -> float:
-    """Token-weighted eval loss over the whole eval set (each example on exactly one rank)."""
+             autocast: contextlib.AbstractContextManager, pad_id: int, sharded: bool = False) -> float:
+    """Token-weighted eval loss over the whole eval set (each example on exactly one rank).
+    `sharded` (FSDP): every rank runs the same number of forwards (see `fsdp.eval_lockstep`)."""
     raw_model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=info.device)
-    for batch in data.eval_batches(examples, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size, pad_id=pad_id):
-        total[0] += loss_sum(raw_model, batch.to(info.device), autocast).double()
-        total[1] += batch.n_label_tokens
+    batches = list(data.eval_batches(examples, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size, pad_id=pad_id))
+    steps = fsdp.eval_lockstep(batches, data.collate(examples[:1], pad_id), len(examples), info.world_size,
+                               cfg.batch_size) if sharded else ((b, True) for b in batches)
+    for batch, counts in steps:
+        loss = loss_sum(raw_model, batch.to(info.device), autocast).double()
+        if counts:
+            total[0] += loss
+            total[1] += batch.n_label_tokens
     raw_model.train()
     loss, count = distributed.all_reduce_sum(info, total).tolist()
     return loss / max(count, 1.0)
@@ -104,8 +112,6 @@ def evaluate(raw_model: torch.nn.Module, examples: list[data.Example], cfg: Trai
 
 def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distributed.StopSignal) -> int:
     """Run (or resume) the whole job; returns the process exit code."""
-    if cfg.strategy == "fsdp":
-        raise TrainSetupError("strategy: fsdp is not supported yet; use strategy: ddp")
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # the same seed on every rank: new modules (LoRA) start identical
@@ -137,12 +143,16 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     if ckpt is not None:
         checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
 
-    # ---- DDP, optimizer, schedule, scaler (requires_grad is final before the wrap)
-    ddp = info.world_size > 1
+    # ---- DDP or FSDP, optimizer, schedule, scaler (requires_grad is final before the wrap)
+    sharded = cfg.strategy == "fsdp" and info.enabled  # FSDP shards in place: raw_model is model
+    ddp = info.world_size > 1 and not sharded
+    if cfg.strategy == "fsdp" and not sharded:
+        log.info("strategy fsdp without torchrun: one process, nothing to shard; training unsharded")
     model = DistributedDataParallel(
         raw_model, device_ids=[info.local_rank] if info.device.type == "cuda" else None,
         find_unused_parameters=False, gradient_as_bucket_view=True,
-    ) if ddp else raw_model
+    ) if ddp else fsdp.shard(raw_model, info.device, amp_dtype) if sharded else raw_model
+    no_sync = functools.partial(fsdp.no_sync, model) if sharded else model.no_sync if ddp else contextlib.nullcontext
     params = [p for p in raw_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -150,7 +160,8 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     scaler = torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16)
     progress = checkpoint.Progress(world_size=info.world_size)
     if ckpt is not None:
-        progress = checkpoint.load_training_state(info, ckpt, optimizer, scheduler, scaler)
+        progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
+                                                  scheduler, scaler)
         log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
     step, epoch, step_in_epoch = progress.step, progress.epoch, progress.step_in_epoch
     tokens_seen, labels_seen = progress.tokens_seen, progress.label_tokens_seen
@@ -168,7 +179,8 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     def save() -> None:
         nonlocal saved_step
         now = checkpoint.Progress(step, epoch, step_in_epoch, info.world_size, tokens_seen, labels_seen)
-        checkpoint.save_checkpoint(info, out, raw_model, cfg, now, optimizer, scheduler, scaler)
+        states = fsdp.full_state_dicts(model, optimizer) if sharded else None  # every rank gathers, rank 0 writes
+        checkpoint.save_checkpoint(info, out, raw_model, cfg, now, optimizer, scheduler, scaler, states=states)
         saved_step = step
 
     def report(lr: float, grad_norm: torch.Tensor) -> None:
@@ -189,7 +201,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
 
     def run_eval() -> None:
         nonlocal evaluated_step
-        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id)
+        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id, sharded)
         evaluated_step, ppl = step, math.exp(min(eval_loss, 50.0))
         metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": ppl})
         log.info("step %d | eval loss %.4f | perplexity %.2f", step, eval_loss, ppl)
@@ -212,8 +224,8 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
                 break
             weight = info.world_size / max(world_labels, 1.0)  # DDP averages over ranks; undo it
             for i, batch in enumerate(micro):
-                sync = not ddp or i == len(micro) - 1
-                with model.no_sync() if not sync else contextlib.nullcontext():
+                sync = i == len(micro) - 1
+                with no_sync() if not sync else contextlib.nullcontext():
                     loss = loss_sum(model, batch, autocast)
                     scaler.scale(loss * weight).backward()
                 interval_loss += loss.detach()
@@ -243,7 +255,9 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     if eval_set and evaluated_step != step:
         run_eval()
     if info.is_main:
-        report = export.export_outputs(raw_model, tokenizer, cfg, out)
+        # A sharded model cannot be merged or pruned in place: export a fresh copy of the final checkpoint.
+        final, tokenizer = fsdp.unsharded_copy(cfg, checkpoint.latest_checkpoint(out)) if sharded else (raw_model, tokenizer)
+        report = export.export_outputs(final, tokenizer, cfg, out)
         metrics_log.write({"step": step, "export": report})
     distributed.barrier(info)
     metrics_log.close()

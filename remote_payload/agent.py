@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import netcheck, onfinish, repro, streams, workspace
+from remote_payload import netcheck, onfinish, proctree, repro, streams, workspace
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
 
 PENDING_GRACE_S = 30.0
@@ -133,6 +133,7 @@ class Agent:
             pgid = int(st.get("pgid") or 0)
             if pgid > 0:
                 kill_group(pgid, grace)
+            proctree.stop([(int(p[0]), int(p[1])) for p in st.get("procs") or []], grace)
             status = read_json(os.path.join(d, "status.json")) or {"job_id": job_id}
             status.update(state="cancelled", reason="cancelled (supervisor was gone)", ended=time.time())
             manifest_path = os.path.join(d, "manifest.json")

@@ -7,8 +7,8 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (DES
   exit code, reason. A terminal state is written only after ``manifest.json`` is complete.
 - ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
   only ever appended to, so readers can follow it by byte offset.
-- SIGTERM (``orch cancel``) is forwarded to the job's process group; after ``grace_s`` the
-  group is killed. The job then ends ``cancelled``.
+- SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
+  ``grace_s`` what is left is killed. The job then ends ``cancelled``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload import onfinish, repro  # noqa: E402
+from remote_payload import onfinish, proctree, repro  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
@@ -58,7 +58,8 @@ class Supervisor:
     # -- state -------------------------------------------------------------------------
     def update(self, **fields: Any) -> None:
         with self.lock:
-            self.status.update(fields, heartbeat=time.time())
+            procs = proctree.descendants(os.getpid()) if self.child is not None else []
+            self.status.update(fields, heartbeat=time.time(), procs=[list(p) for p in procs])
             atomic_write_json(self.status_path, self.status)
 
     def say(self, message: str) -> None:
@@ -72,28 +73,15 @@ class Supervisor:
                 self.update()
 
     def on_sigterm(self, signum: int, frame: Any) -> None:
+        """Cancel: SIGTERM the whole tree (torchrun and its workers, each in its own
+        session), SIGKILL whatever is left after ``grace_s``."""
         self.cancelled.set()
-        child = self.child
-        if child is not None and child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                return
+        if self.child is not None:
             grace = float(self.job.get("grace_s", 30))
-            threading.Thread(target=self._kill_after, args=(child, grace), daemon=True).start()
+            threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
 
-    def _kill_after(self, child: subprocess.Popen, grace: float) -> None:
-        deadline = time.time() + grace
-        while time.time() < deadline and child.poll() is None:
-            time.sleep(0.1)
-        self._killpg(child.pid)
-
-    @staticmethod
-    def _killpg(pgid: int) -> None:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _stop_tree(self, grace: float) -> None:
+        proctree.stop([p for p in proctree.descendants(os.getpid()) if p[0] != os.getpid()], grace)
 
     # -- steps -------------------------------------------------------------------------
     def env(self) -> Dict[str, str]:
@@ -119,7 +107,7 @@ class Supervisor:
         if self.cancelled.is_set():
             self.on_sigterm(signal.SIGTERM, None)
         code = self.child.wait()
-        self._killpg(self.child.pid)  # nothing of the step outlives it
+        proctree.stop(proctree.descendants(os.getpid()), 5.0)  # nothing of the step outlives it
         return code
 
     def setup(self, env: Dict[str, str]) -> int:
@@ -158,12 +146,11 @@ class Supervisor:
         self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
 
     def main(self) -> int:
+        proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
-        recorder = threading.Thread(target=repro.record_environment, args=(self.job_dir, sys.executable), daemon=True)
-        recorder.start()
         env = self.env()
         code = self.setup(env)
         reason = "setup failed with exit code %d" % code
@@ -180,7 +167,7 @@ class Supervisor:
             self.update(state="running")
             self.say("starting: %s" % shlex.join(self.node["argv"]))
             code = self.run_step(list(self.node["argv"]), env)
-        recorder.join(timeout=120)  # so repro/ is in the manifest
+        repro.record_environment(self.job_dir, sys.executable)  # after setup: what the job ran with
         if self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
         elif code == 0:

@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+from remote_payload import proctree
 from remote_payload.common import group_alive
 from tests.conftest import Orch, write_job
 
@@ -87,10 +88,13 @@ def test_cancel_stops_the_process_group(orch: Orch, host: str) -> None:
     deadline = time.time() + 60
     while "line 3" not in orch("logs", job).stdout and time.time() < deadline:
         time.sleep(0.2)
-    pgid = orch.json("status", job)["pgid"]
+    running = orch.json("status", job)
+    workers = [tuple(p) for p in running["procs"]]
+    assert len(workers) >= 2  # torchrun's agent and its worker (in a session of its own)
     assert orch("cancel", job, "--grace", "5").stdout.strip().endswith("cancelled")
     assert orch.json("status", job)["state"] == "cancelled"
-    assert_group_gone(pgid)
+    assert_group_gone(running["pgid"])
+    assert proctree.alive(workers) == []
 
 
 def test_killed_supervisor_is_lost(orch: Orch, host: str) -> None:
@@ -101,8 +105,9 @@ def test_killed_supervisor_is_lost(orch: Orch, host: str) -> None:
     time.sleep(0.3)
     lost = orch.json("status", job)
     assert lost["state"] == "lost" and "supervisor" in lost["reason"]
-    orch("cancel", job, "--grace", "2")  # cleans up the orphaned job
+    orch("cancel", job, "--grace", "2")  # cleans up the orphaned job, workers included
     assert_group_gone(status["pgid"])
+    assert proctree.alive([tuple(p) for p in status["procs"]]) == []
 
 
 def test_job_survives_the_submitting_connection(orch: Orch, box: str) -> None:

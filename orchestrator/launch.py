@@ -92,6 +92,18 @@ def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
     say(f"every node reaches the rendezvous {endpoint}")
 
 
+def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
+             job_id: str) -> Plan:
+    """The plan from each node's ``hello``; a multi-node job without ``rdzv_port`` gets a
+    free port on the first node."""
+    facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
+    port = None
+    if len(remotes) > 1 and loaded.spec.launch.rdzv_port is None:
+        port = int(remotes[0].call("free-port")["port"])
+    hosts = [r.host for r in remotes]
+    return build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+
+
 def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,
            force: bool = False, pull_remote_edits: bool = False,
            trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
@@ -105,14 +117,10 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     with ExitStack() as stack:
         remotes = connect_all(hosts, inventory, trust, stack)
         hellos = parallel(lambda r: r.call("hello", project, "--gpus"), remotes)
-        facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
         key = submission_key(loaded, hosts)
         earlier = registry.unconfirmed(key)
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
-        port = None
-        if len(hosts) > 1 and spec.launch.rdzv_port is None:
-            port = int(remotes[0].call("free-port")["port"])
-        plan = build_plan(spec, loaded.text, str(workspace), project, hosts, facts, job_id, port)
+        plan = plan_for(loaded, project, remotes, hellos, job_id)
         if dry_run:
             return Submitted(plan, None, warnings)
         for warning in warnings:
@@ -173,10 +181,8 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
         project = syncmod.project_name(loaded.workspace_dir)
         hellos = parallel(lambda r: r.call("hello", "-", "--gpus"), remotes)
-        facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
-        port = int(remotes[0].call("free-port")["port"]) if len(hosts) > 1 and not loaded.spec.launch.rdzv_port else None
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
-        plan = build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+        plan = plan_for(loaded, project, remotes, hellos, job_id)
         registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
         start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
         registry.update(job_id, "pending", {})

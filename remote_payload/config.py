@@ -150,7 +150,7 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(100, gt=0, description="Evaluate on data.eval every this many steps (and at the end).")
     save_every: int = Field(100, gt=0, description="Write a checkpoint every this many steps (and at the end, and on SIGTERM).")
     keep_checkpoints: int = Field(2, gt=0, description="Keep this many newest complete checkpoints; older ones are deleted after a successful save.")
-    strategy: Strategy = Field("ddp", description="ddp: data parallel. fsdp: sharded (not supported yet).")
+    strategy: Strategy = Field("ddp", description="ddp: data parallel. fsdp: torch FSDP2, params/grads/optimizer state sharded; not with fp16.")
     export: ExportSection = Field(default_factory=ExportSection, description="Extra outputs: merged LoRA model, pruning.")
 
     @model_validator(mode="before")

@@ -80,3 +80,9 @@ def test_fsdp_run_killed_after_a_checkpoint_resumes_bit_identical(assets: Path, 
     assert_bit_identical(ref / "outputs", job / "outputs")
     assert_bit_identical(ref / "checkpoints" / "step-30", job / "checkpoints" / "step-30")
     assert train_losses(ref)[-1] == train_losses(job)[-1]
+
+
+def test_fsdp_refuses_fp16_with_a_clear_error(assets: Path, tmp_path: Path) -> None:
+    result = run(tmp_path, base_config(strategy="fsdp", precision="fp16", max_steps=2), assets, nproc=2)
+    assert result.returncode != 0
+    assert "strategy: fsdp does not support fp16" in result.stdout

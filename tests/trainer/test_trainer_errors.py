@@ -39,7 +39,6 @@ def test_bad_lora_target_modules_fail_under_torchrun_before_training(assets: Pat
         ({"data": {"train": "data/text.jsonl", "format": "alpaca"}}, "text.jsonl:1: missing field(s) ['instruction', 'output']"),
         ({"model": "./no-such-model"}, "model folder not found: ./no-such-model"),
         ({"model": "modelscope:org/model"}, "modelscope package is not installed"),
-        ({"strategy": "fsdp"}, "strategy: fsdp is not supported yet"),
         ({"batch_size": 600}, "fewer than one step"),
         ({"lr": -1}, "cannot read the train config"),
     ],

@@ -15,7 +15,8 @@ from orchestrator.plan import GRACE_S
               help="Seconds between SIGTERM (the trainer checkpoints) and SIGKILL.")
 @pass_app
 def cancel_cmd(app: App, job: str, grace: float) -> None:
-    """Stop a job: SIGTERM its process group, SIGKILL after the grace period.
+    """Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints),
+    SIGKILL to what is left after the grace period.
 
     \b
     Example:

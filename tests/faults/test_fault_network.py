@@ -71,19 +71,25 @@ for i in range(int(sys.argv[1])):
 """
 
 
-def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_line(
-        orch: Orch, flaky: str, proxy: FaultProxy) -> None:
-    spec = write_job(orch.cwd, "tick", flaky, ["python", "tick.py", "80"])
+def follow_ticking_job(orch: Orch, host: str, name: str, ticks: int, heartbeat_s: str) -> subprocess.Popen:
+    """Submit a job printing ``ticks`` numbered lines and start `orch logs -f` on it (watchdog
+    period 1 s); return once the job has printed line 10."""
+    spec = write_job(orch.cwd, name, host, ["python", "tick.py", str(ticks)])
     (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
     job = orch.json("submit", str(spec))["job_id"]
     follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
-                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "0.5", "ORCH_KEEPALIVE_S": "1"},
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": heartbeat_s, "ORCH_KEEPALIVE_S": "1"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
     deadline = time.time() + 60
     while "tick 0010" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
         time.sleep(0.1)
+    return follower
+
+
+def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_line(
+        orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    follower = follow_ticking_job(orch, flaky, "tick", 80, heartbeat_s="0.5")
     proxy.cut()
     time.sleep(1.5)
     proxy.freeze()  # the reconnected stream now stalls without closing
@@ -96,16 +102,7 @@ def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_li
 
 def test_a_stalled_link_is_noticed_by_the_keepalive_not_waited_on_forever(
         orch: Orch, flaky: str, proxy: FaultProxy) -> None:
-    spec = write_job(orch.cwd, "quiet", flaky, ["python", "tick.py", "60"])
-    (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
-    job = orch.json("submit", str(spec))["job_id"]
-    follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
-                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "600", "ORCH_KEEPALIVE_S": "1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
-    deadline = time.time() + 60
-    while "tick 0010" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
-        time.sleep(0.1)
+    follower = follow_ticking_job(orch, flaky, "quiet", 60, heartbeat_s="600")
     proxy.freeze()  # the link stops answering without closing; the log heartbeat is far away
     out, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err

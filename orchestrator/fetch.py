@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import pathspec
 
+from orchestrator import runs
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import RemoteError
 from orchestrator.hosts import Inventory
@@ -33,11 +34,17 @@ BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 MAX_FILES = 100_000
 
 
+CODE_PREFIX = "code/"  # the job's working directory on the server; its manifest entries are what the job wrote
+
+
 @dataclass(frozen=True)
 class Entry:
+    """One manifest file: ``path`` in the job folder on the server, ``local`` under DEST/<job_id>/."""
+
     path: str
     size: int
     sha256: str
+    local: str = ""
 
 
 @dataclass
@@ -46,6 +53,29 @@ class FetchSummary:
     fetched: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     bytes: int = 0
+    patterns: list[str] = field(default_factory=list)
+    unselected: list[Entry] = field(default_factory=list)
+    ended: bool = True
+
+
+def local_names(entries: list[Entry]) -> list[Entry]:
+    """Give each entry its name under DEST/<job_id>/: the job-folder path as it is, and a
+    file the job wrote in its working directory (``code/outputs/x``) the path it wrote
+    (``outputs/x``) — so a script's relative ``outputs/`` and ``$ORCH_JOB_DIR/outputs``
+    land in the same place. On a clash with a job-folder path (same file, or a file where
+    the other needs a folder) the working-directory file keeps its ``code/`` prefix."""
+    direct = {e.path for e in entries if not e.path.startswith(CODE_PREFIX)}
+    direct_dirs = {p.rsplit("/", i)[0] for p in direct for i in range(1, p.count("/") + 1)}
+    out = []
+    for e in entries:
+        name = e.path
+        if name.startswith(CODE_PREFIX):
+            short = name[len(CODE_PREFIX):]
+            parents = {short.rsplit("/", i)[0] for i in range(1, short.count("/") + 1)}
+            if short not in direct and short not in direct_dirs and not parents & direct:
+                name = short
+        out.append(Entry(e.path, e.size, e.sha256, name))
+    return out
 
 
 def safe_entries(manifest: Any, dest: Path) -> list[Entry]:
@@ -68,10 +98,12 @@ def safe_entries(manifest: Any, dest: Path) -> list[Entry]:
             raise RemoteError(f"refusing manifest entry {shown}: bad size")
         if not isinstance(digest, str) or not SHA_RE.match(digest):
             raise RemoteError(f"refusing manifest entry {shown}: bad sha256")
-        target = os.path.realpath(os.path.join(root, path))
-        if not target.startswith(root + os.sep):
-            raise RemoteError(f"refusing manifest path {shown}: it resolves outside {dest}")
         out.append(Entry(path, size, digest))
+    out = local_names(out)
+    for entry in out:
+        target = os.path.realpath(os.path.join(root, entry.local))
+        if not target.startswith(root + os.sep):
+            raise RemoteError(f"refusing manifest path {ascii(entry.path)[:120]}: it resolves outside {dest}")
     return out
 
 
@@ -81,12 +113,14 @@ DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
 def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Callable[[str], None],
           extra: list[str] | None = None, everything: bool = False) -> FetchSummary:
     """Fetch the files the job's own ``outputs`` (recorded in its job.json) select, plus
-    ``extra`` patterns; ``everything`` fetches the whole job folder but ``code/``. On a
-    multi-node job every node is asked in host order and a path is taken from the first
-    node that has it (outputs come from whichever node holds torch's rank 0; each node's
-    logs have their own names)."""
-    dest = dest_parent / record.job_id
-    dest.mkdir(parents=True, exist_ok=True)
+    ``extra`` patterns; ``everything`` fetches the whole job folder but the synced code.
+    Patterns match the fetched name: a file the job wrote in its working directory
+    (``code/outputs/x`` on the server) is named as written (``outputs/x``). On a multi-node
+    job every node is asked in host order and a path is taken from the first node that has
+    it (outputs come from whichever node holds torch's rank 0; each node's logs have their
+    own names). The destination is marked as orch's (``runs.MARKER``), so it is never synced
+    back. The summary says what was not selected, for ``describe_unselected``."""
+    dest = runs.run_dir(dest_parent, record.job_id)
     summary = FetchSummary(dest)
     taken: set[str] = set()
     for host in nodes_of(record, inventory):
@@ -94,6 +128,7 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
             remote = Remote(host, transport)
             if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything):
                 remote.call("fetched", record.job_id)  # lets on_finish.shutdown go ahead
+    summary.unselected = [e for e in summary.unselected if e.local not in taken]
     return summary
 
 
@@ -106,23 +141,28 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     outputs = manifest.get("outputs")
     if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
         outputs = DEFAULT_OUTPUTS
-    spec = pathspec.GitIgnoreSpec.from_lines(["*"] if everything else [*outputs, *extra])
+    summary.patterns = ["*"] if everything else list(dict.fromkeys([*outputs, *extra]))
+    spec = pathspec.GitIgnoreSpec.from_lines(summary.patterns)
     wanted: dict[str, Entry] = {}
     for entry in entries:
-        if not spec.match_file(entry.path) or entry.path in taken:
+        if entry.local in taken:
             continue
-        taken.add(entry.path)
-        local = dest / entry.path
+        if not spec.match_file(entry.local):
+            summary.unselected.append(entry)
+            continue
+        taken.add(entry.local)
+        local = dest / entry.local
         if local.is_file() and local.stat().st_size == entry.size and sha256_of(local) == entry.sha256:
-            summary.unchanged.append(entry.path)
+            summary.unchanged.append(entry.local)
         else:
             wanted[entry.path] = entry
     running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
+    summary.ended = summary.ended and not running
     if not wanted:
         return not running
     requests = []
     for entry in wanted.values():
-        part = dest / (entry.path + ".part")
+        part = dest / (entry.local + ".part")
         offset = part.stat().st_size if part.is_file() else 0
         requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
     say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
@@ -142,9 +182,9 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         except ChangedWhileFetching as exc:
             if not running:
                 raise RemoteError(str(exc)) from None
-            say(f"skipped {entry.path}: it changed while the job runs (fetch again later)")
+            say(f"skipped {entry.local}: it changed while the job runs (fetch again later)")
             continue
-        summary.fetched.append(entry.path)
+        summary.fetched.append(entry.local)
     if reader.header() != {"end": True}:
         raise RemoteError(f"{host.name}: the file stream did not end cleanly")
     proc.wait()
@@ -158,8 +198,8 @@ class ChangedWhileFetching(Exception):
 def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int) -> int:
     """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
     place only when it has the manifest's size and sha256."""
-    final = dest / entry.path
-    part = dest / (entry.path + ".part")
+    final = dest / entry.local
+    part = dest / (entry.local + ".part")
     final.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     if offset:
@@ -177,6 +217,33 @@ def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: in
             remaining -= len(data)
     if offset + size != entry.size or h.hexdigest() != entry.sha256:
         part.unlink()
-        raise ChangedWhileFetching(f"{entry.path}: size or sha256 differs from the manifest (discarded; fetch again)")
+        raise ChangedWhileFetching(f"{entry.local}: size or sha256 differs from the manifest (discarded; fetch again)")
     os.replace(part, final)
     return size
+
+
+def nothing_selected(summary: FetchSummary, job_id: str) -> str:
+    """Why a fetch moved nothing: the patterns, what the job folder does hold (top-level
+    folders and files with counts), and, when the job wrote files in its working directory
+    that no pattern selects, how to fetch them."""
+    groups: dict[str, list[Entry]] = {}
+    for entry in summary.unselected:
+        head, sep, _ = entry.local.partition("/")
+        groups.setdefault(head + sep, []).append(entry)
+    lines = [f"nothing to fetch: the job's outputs patterns ({', '.join(summary.patterns)}) select no file"
+             + ("" if summary.ended else " yet (the job is still running)")]
+    if not groups:
+        lines.append("the job folder holds no file yet")
+        return "\n".join(lines)
+    held = []
+    for top, members in sorted(groups.items(), key=lambda kv: -sum(e.size for e in kv[1])):
+        size = sum(e.size for e in members) / 2**20
+        wrote = " (written by the job in its working directory)" if all(e.path.startswith(CODE_PREFIX) for e in members) else ""
+        held.append(f"{top} ({len(members)} file(s), {size:.1f} MB){wrote}")
+    lines.append("the job folder holds: " + "; ".join(held[:8]) + (f"; +{len(held) - 8} more" if len(held) > 8 else ""))
+    by_job = [top for top, members in groups.items() if any(e.path.startswith(CODE_PREFIX) for e in members)]
+    likely = by_job or [top for top in groups if top == "checkpoints/"]
+    if likely:
+        flags = " ".join(f"--include {top}" for top in likely[:3])
+        lines.append(f"to fetch them: orch fetch {job_id} {flags}  (or add them to `outputs:` in the job file)")
+    return "\n".join(lines)

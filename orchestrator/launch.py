@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import repro
+from orchestrator import repro, runs
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
@@ -110,9 +110,14 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     workspace = loaded.workspace_dir
-    files = syncmod.select_files(workspace, spec.workspace.exclude)
+    orch_dirs: list[str] = []
+    files = syncmod.select_files(workspace, spec.workspace.exclude, orch_dirs)
     warnings = syncmod.warnings_for(files)
     project = syncmod.project_name(workspace)
+    if dry_run:
+        say(f"would sync {len(files)} file(s), {sum(f.size for f in files.values()) / 2**20:.1f} MB from {workspace}; "
+            + ("never synced (written by orch fetch/plot): " + runs.describe(orch_dirs) if orch_dirs else
+               f"folders orch writes (fetch/plot results, marked {runs.MARKER}) are never synced"))
     say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
     with ExitStack() as stack:
         remotes = connect_all(hosts, inventory, trust, stack)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import pathspec
 
+from orchestrator import runs
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.remote import FileStream, Remote
 from orchestrator.transport.base import Process
@@ -64,8 +65,10 @@ def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines + list(exclude))
 
 
-def select_files(root: Path, exclude: list[str]) -> dict[str, LocalFile]:
-    """The workspace files to sync, by POSIX relative path."""
+def select_files(root: Path, exclude: list[str], orch_dirs: list[str] | None = None) -> dict[str, LocalFile]:
+    """The workspace files to sync, by POSIX relative path. Never ``.git/``, never a folder
+    orch wrote itself (``runs.MARKER`` inside: fetched jobs, plots) — those folders are
+    appended to ``orch_dirs`` when it is given — and never orch's own temporaries."""
     if not root.is_dir():
         raise UsageError(f"workspace {root} is not a folder")
     spec = ignore_spec(root, exclude)
@@ -73,10 +76,19 @@ def select_files(root: Path, exclude: list[str]) -> dict[str, LocalFile]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not spec.match_file(prefix + d + "/"))
+        kept = []
+        for d in sorted(dirnames):
+            if d == ".git" or spec.match_file(prefix + d + "/"):
+                continue
+            if runs.is_run_dir(Path(dirpath, d)):
+                if orch_dirs is not None:
+                    orch_dirs.append(prefix + d + "/")
+                continue
+            kept.append(d)
+        dirnames[:] = kept
         for name in sorted(filenames):
             rel = prefix + name
-            if spec.match_file(rel):
+            if name.startswith(".orch-pull-") or spec.match_file(rel):
                 continue
             st = os.lstat(os.path.join(dirpath, name))
             if stat.S_ISLNK(st.st_mode):

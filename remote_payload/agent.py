@@ -20,7 +20,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from remote_payload import netcheck, onfinish, proctree, repro, streams, workspace
-from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive, pid_alive, read_json
+from remote_payload.common import (CODE_DIR, SNAPSHOT, TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive,
+                                   pid_alive, read_json, snapshot_record)
 
 PENDING_GRACE_S = 30.0
 
@@ -62,12 +63,17 @@ class Agent:
         os.makedirs(jobs, exist_ok=True)
         tmp = os.path.join(jobs, ".tmp-%s-%d" % (job["job_id"], os.getpid()))
         os.makedirs(tmp)
+        code = os.path.join(tmp, CODE_DIR)
         if request.get("from_job"):  # orch rerun: the earlier job's code and records, not the workspace
             earlier = self.job_dir(request["from_job"])
-            workspace.link_tree(os.path.join(earlier, "code"), os.path.join(tmp, "code"))
+            shipped = (read_json(os.path.join(earlier, SNAPSHOT)) or {}).get("files")  # not what that job wrote
+            linked = workspace.link_tree(os.path.join(earlier, CODE_DIR), code,
+                                         only=set(shipped) if isinstance(shipped, dict) else None)
             workspace.link_tree(os.path.join(earlier, "repro"), os.path.join(tmp, "repro"), only=repro.FROM_LAPTOP)
         else:
-            workspace.snapshot(self.root, request["project"], os.path.join(tmp, "code"))
+            linked = workspace.snapshot(self.root, request["project"], code)
+        os.makedirs(code, exist_ok=True)
+        atomic_write_json(os.path.join(tmp, SNAPSHOT), snapshot_record(code, linked))
         repro.write_submission(os.path.join(tmp, "repro"), request.get("repro") or {})
         os.makedirs(os.path.join(tmp, "logs"))
         atomic_write_json(os.path.join(tmp, "job.json"), job)

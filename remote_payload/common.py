@@ -9,11 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from typing import Any, Dict, Optional
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+CODE_DIR = "code"  # the job's working directory: the workspace snapshot, plus what the job writes there
+SNAPSHOT = "snapshot.json"  # what the snapshot held at launch: {"files": {rel: {"size", "mtime_ns"}}}
+SKIP_DIRS = ("__pycache__",)  # written by python itself in the working directory, never an output
+NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", SNAPSHOT)
 
 
 def atomic_write_json(path: str, data: Any) -> None:
@@ -100,34 +105,65 @@ def sha256_file(path: str) -> str:
 
 
 def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Every regular file of the job folder except ``code/`` and temporaries:
+    """Every regular file of the job folder except orch's own records and temporaries:
     ``{"files": [{"path", "size", "sha256", "mtime_ns"}]}``, sorted by path.
+
+    ``code/`` (the job's working directory) contributes only what the job wrote there: files
+    that are not in the launch snapshot (``snapshot.json``) or that changed since, listed as
+    ``code/<path>``; the synced source files never are. A job without a snapshot record
+    (older orch) lists nothing of ``code/``.
 
     A file whose size and mtime equal the previous manifest's keeps its hash unread.
     Symlinks are listed nowhere: fetch never follows a link the server made.
     """
     known = {f["path"]: f for f in (previous or {}).get("files", []) if isinstance(f, dict)}
+    snapshot = read_json(os.path.join(job_dir, SNAPSHOT))
+    snap_files = snapshot.get("files") if isinstance(snapshot, dict) else None
     files = []
     for dirpath, dirnames, filenames in os.walk(job_dir):
         rel_dir = os.path.relpath(dirpath, job_dir)
-        if rel_dir == ".":
-            dirnames[:] = [d for d in dirnames if d != "code"]
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp-"))
+        in_code = rel_dir == CODE_DIR or rel_dir.startswith(CODE_DIR + os.sep)
+        if rel_dir == "." and not isinstance(snap_files, dict):
+            dirnames[:] = [d for d in dirnames if d != CODE_DIR]
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp-") and not (in_code and d in SKIP_DIRS))
         for name in sorted(filenames):
             rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if rel in ("manifest.json", "status.json", "job.json", ".fetched") or ".tmp." in name:
+            if (rel_dir == "." and name in NOT_LISTED) or ".tmp." in name or name.startswith(".orch-tmp-"):
                 continue
             full = os.path.join(dirpath, name)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
-            if not os.path.isfile(full) or os.path.islink(full):
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if in_code and _from_snapshot(snap_files, rel[len(CODE_DIR) + 1:], st):
                 continue
             old = known.get(rel)
             if old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
                 digest = old["sha256"]
             else:
-                digest = sha256_file(full)
+                try:
+                    digest = sha256_file(full)
+                except OSError:  # unreadable (a job may chmod its own files): not fetchable, not fatal
+                    continue
             files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
     return {"files": files, "created": time.time()}
+
+
+def _from_snapshot(snap_files: Any, rel: str, st: os.stat_result) -> bool:
+    """True when ``rel`` under code/ is the synced file as launched (not written by the job)."""
+    entry = snap_files.get(rel.replace(os.sep, "/")) if isinstance(snap_files, dict) else None
+    return isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+
+
+def snapshot_record(code_dir: str, rels: "list[str]") -> Dict[str, Any]:
+    """The ``snapshot.json`` document for the files ``rels`` just linked into ``code_dir``."""
+    files: Dict[str, Any] = {}
+    for rel in rels:
+        try:
+            st = os.lstat(os.path.join(code_dir, rel))
+        except OSError:
+            continue
+        files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"files": files}

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import tarfile
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, Any, Collection, Dict, List, Optional
 
 from remote_payload.common import atomic_write_json, read_json, sha256_file
 
@@ -134,8 +134,9 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
     return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
 
 
-def snapshot(root: str, project: str, code_dir: str) -> int:
-    """Hard-link every recorded file of the workspace into ``code_dir`` (symlinks copied)."""
+def snapshot(root: str, project: str, code_dir: str) -> List[str]:
+    """Hard-link every recorded file of the workspace into ``code_dir`` (symlinks copied);
+    return their relative paths."""
     ws = _paths(root, project)["ws"]
     files = record(root, project)
     os.makedirs(code_dir, exist_ok=True)
@@ -146,12 +147,14 @@ def snapshot(root: str, project: str, code_dir: str) -> int:
             os.symlink(os.readlink(src), dst)
         else:
             os.link(src, dst)
-    return len(files)
+    return sorted(files)
 
 
-def link_tree(src: str, dst: str, only: "tuple[str, ...] | None" = None) -> None:
+def link_tree(src: str, dst: str, only: "Optional[Collection[str]]" = None) -> List[str]:
     """Hard-link the files of ``src`` into ``dst`` (symlinks copied as links); ``only``
-    limits it to those top-level names. A missing ``src`` links nothing."""
+    limits it to those relative paths. A missing ``src`` links nothing. Returns the
+    relative paths linked."""
+    linked: List[str] = []
     for dirpath, _, filenames in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
         for name in filenames:
@@ -164,3 +167,5 @@ def link_tree(src: str, dst: str, only: "tuple[str, ...] | None" = None) -> None
                 os.symlink(os.readlink(source), target)
             else:
                 os.link(source, target)
+            linked.append(rel)
+    return sorted(linked)

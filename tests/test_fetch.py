@@ -64,7 +64,8 @@ def test_fetch_refuses_paths_outside_destination(orch: Orch, finished: str, tmp_
         manifest_path.write_text(json.dumps(manifest))
         out = orch("fetch", finished, check=4)
         assert "refusing manifest path" in out.stderr and "\x1b" not in out.stderr, bad_path
-        assert not list((orch.cwd / "runs" / finished).rglob("*")), bad_path  # nothing written at all
+        written = [p.name for p in (orch.cwd / "runs" / finished).rglob("*")]
+        assert written == [".orch-run"], bad_path  # nothing written at all but orch's marker
     assert not Path("/tmp/orch-evil").exists() and not list(tmp_path.rglob("evil"))
 
 

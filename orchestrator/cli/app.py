@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.hosts import Inventory
 from orchestrator.registry import Registry
@@ -31,7 +32,8 @@ class App:
         return Registry()
 
     def say(self, message: str) -> None:
-        self.err.print(f"[dim]orch:[/dim] {message}", markup=True, highlight=False) if sys.stderr.isatty() \
+        """Progress to stderr. ``message`` may carry server text: it is never read as markup."""
+        self.err.print(f"[dim]orch:[/dim] {escape(message)}", markup=True, highlight=False) if sys.stderr.isatty() \
             else print(f"orch: {message}", file=sys.stderr, flush=True)
 
     def write(self, text: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator import runs
 from orchestrator.cli.app import App, pass_app
 from orchestrator.plot import read_metrics, save_plot, series
 
@@ -13,11 +14,11 @@ from orchestrator.plot import read_metrics, save_plot, series
 @click.command("plot")
 @click.argument("job")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The PNG to write (default <job id>.png here).")
-@click.option("--runs", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="The PNG to write (default runs/<job id>/curves.png, beside what orch fetch writes; never synced).")
+@click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="Where `orch fetch` put jobs: runs/<job id>/metrics.jsonl is used when present.")
 @pass_app
-def plot_cmd(app: App, job: str, output: Path | None, runs: Path) -> None:
+def plot_cmd(app: App, job: str, output: Path | None, runs_dir: Path) -> None:
     """Draw loss (train and eval), lr and tokens/s against step into a PNG.
 
     Uses the fetched runs/<job>/metrics.jsonl, or the job's file on its host.
@@ -29,8 +30,8 @@ def plot_cmd(app: App, job: str, output: Path | None, runs: Path) -> None:
       orch plot gpt2-lora-20261129-101500-1a2b -o curves.png
     """
     record = app.registry.get(job)
-    rows, source = read_metrics(record, app.inventory, runs)
-    out = output or Path(f"{record.job_id}.png")
+    rows, source = read_metrics(record, app.inventory, runs_dir)
+    out = output or runs.run_dir(runs_dir, record.job_id) / "curves.png"
     save_plot(rows, record.job_id, out)
     counts = ", ".join(f"{len(series(rows, k)[0])} {k}" for k in ("loss", "eval_loss", "lr", "tokens_per_s"))
     app.say(f"read {source}: {counts} points")

@@ -112,3 +112,29 @@ def test_cancel_stops_every_node(orch: Orch, two_nodes: list[str], tiny_assets: 
     assert [n["state"] for n in final] == ["cancelled", "cancelled"]
     for node in nodes:
         assert not group_alive(node["pgid"])
+
+
+RELATIVE = """\
+import os, pathlib
+os.makedirs("outputs", exist_ok=True)
+rank = os.environ["RANK"]
+pathlib.Path(f"outputs/rank{rank}.txt").write_text(rank)
+if rank == "0":
+    pathlib.Path("outputs/final.txt").write_text("written by rank 0")
+"""
+
+
+def test_relative_outputs_of_a_multi_node_user_script_are_fetched_from_every_node(
+        orch: Orch, two_nodes: list[str]) -> None:
+    ws = orch.cwd / "ws"
+    ws.mkdir()
+    (ws / "write.py").write_text(RELATIVE)
+    spec = orch.cwd / "rel.yaml"
+    spec.write_text(json.dumps({"name": "rel", "hosts": two_nodes, "workspace": {"path": "ws"},
+                                "launch": {"nproc_per_node": 2, "command": "python write.py"}}))
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=600).stdout)
+    assert job["state"] == "succeeded", job
+    orch("fetch", job["job_id"])
+    out = orch.cwd / "runs" / job["job_id"] / "outputs"
+    assert (out / "final.txt").read_text() == "written by rank 0"
+    assert sorted(p.name for p in out.glob("rank*.txt")) == [f"rank{r}.txt" for r in range(4)]

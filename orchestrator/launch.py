@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import repro, runs
+from orchestrator import repro, runs, transfer
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
@@ -110,13 +110,13 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     workspace = loaded.workspace_dir
-    orch_dirs: list[str] = []
-    files = syncmod.select_files(workspace, spec.workspace.exclude, orch_dirs)
-    warnings = syncmod.warnings_for(files)
+    skipped = syncmod.Skipped()
+    files = syncmod.select_files(workspace, spec.workspace.exclude, skipped)
+    warnings = syncmod.warnings_for(files, skipped)
     project = syncmod.project_name(workspace)
     if dry_run:
         say(f"would sync {len(files)} file(s), {sum(f.size for f in files.values()) / 2**20:.1f} MB from {workspace}; "
-            + ("never synced (written by orch fetch/plot): " + runs.describe(orch_dirs) if orch_dirs else
+            + ("never synced (written by orch fetch/plot): " + runs.describe(skipped.orch_dirs) if skipped.orch_dirs else
                f"folders orch writes (fetch/plot results, marked {runs.MARKER}) are never synced"))
     say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
     with ExitStack() as stack:
@@ -138,7 +138,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                 edited = [p for p in hello.get("sync", {}).get("edited", []) if p in files and p not in pulled]
                 if edited:
                     say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
-                    pulled.update(syncmod.pull(remote, project, workspace, edited))
+                    pulled.update(transfer.pull(remote, project, workspace, edited))
             if pulled:
                 files = syncmod.select_files(workspace, spec.workspace.exclude)
         sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
@@ -147,7 +147,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                 f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
                      {"submission": key})
-        summaries = parallel(lambda i: syncmod.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
+        summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
         pause("after-sync")
         start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
         registry.update(job_id, "pending", {})

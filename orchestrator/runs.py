@@ -10,6 +10,7 @@ syncs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 MARKER = ".orch-run"
@@ -29,7 +30,8 @@ def run_dir(parent: Path, job_id: str) -> Path:
 
 
 def is_run_dir(folder: Path) -> bool:
-    return (folder / MARKER).is_file()
+    """True when ``folder`` holds the marker; False for a folder that cannot be read."""
+    return os.path.isfile(folder / MARKER)
 
 
 def describe(folders: list[str]) -> str:

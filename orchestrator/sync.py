@@ -1,4 +1,5 @@
-"""Workspace sync: choose files, diff against what the host recorded, send one tar stream.
+"""Workspace sync: choose files and diff them against what the host recorded (sending is
+``transfer.py``).
 
 Promises: ``.git/`` is never sent; files are chosen with gitignore semantics from the
 workspace's ``.gitignore``, ``.orchignore`` and ``workspace.exclude``, in that order; only
@@ -11,23 +12,21 @@ overwritten unless ``force``.
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
+import posixpath
 import re
 import stat
-import tarfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pathspec
 
 from orchestrator import runs
-from orchestrator.errors import RemoteError, UsageError
-from orchestrator.remote import FileStream, Remote
-from orchestrator.transport.base import Process
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    from orchestrator.remote import Remote
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
@@ -65,24 +64,49 @@ def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines + list(exclude))
 
 
-def select_files(root: Path, exclude: list[str], orch_dirs: list[str] | None = None) -> dict[str, LocalFile]:
-    """The workspace files to sync, by POSIX relative path. Never ``.git/``, never a folder
-    orch wrote itself (``runs.MARKER`` inside: fetched jobs, plots) — those folders are
-    appended to ``orch_dirs`` when it is given — and never orch's own temporaries."""
+@dataclass
+class Skipped:
+    """What ``select_files`` left out for a reason the user should hear about."""
+
+    orch_dirs: list[str] = field(default_factory=list)    # folders orch wrote (fetch/plot): never synced
+    unreadable: list[str] = field(default_factory=list)   # "path/ (reason)": folders that cannot be listed
+    special: list[str] = field(default_factory=list)      # sockets, FIFOs, devices: not files
+
+
+def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None) -> dict[str, LocalFile]:
+    """The workspace files to sync, by POSIX relative path.
+
+    Never ``.git/``, never a folder orch wrote itself (``runs.MARKER`` inside: fetched jobs,
+    plots), never orch's own temporaries. A symlink — to a file or to a folder — is synced as
+    a symlink (its target text), never followed. What is left out for a reason (orch's
+    folders, folders that cannot be read, sockets and FIFOs) goes into ``skipped``. A file
+    that cannot be read raises ``UsageError`` naming it: a job must not run without it
+    unawares."""
     if not root.is_dir():
         raise UsageError(f"workspace {root} is not a folder")
     spec = ignore_spec(root, exclude)
+    notes = skipped if skipped is not None else Skipped()
     out: dict[str, LocalFile] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unreadable(exc: OSError) -> None:
+        rel = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
+        notes.unreadable.append(f"{rel}/ ({exc.strerror or exc})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
         kept = []
         for d in sorted(dirnames):
-            if d == ".git" or spec.match_file(prefix + d + "/"):
+            rel = prefix + d
+            if d == ".git" or spec.match_file(rel + "/"):
                 continue
-            if runs.is_run_dir(Path(dirpath, d)):
-                if orch_dirs is not None:
-                    orch_dirs.append(prefix + d + "/")
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):  # a symlink to a folder: synced as a link, like one to a file
+                if not spec.match_file(rel):
+                    out[rel] = LocalFile(rel, 0, os.lstat(full).st_mtime_ns, 0o777, os.readlink(full))
+                continue
+            if runs.is_run_dir(Path(full)):
+                notes.orch_dirs.append(rel + "/")
                 continue
             kept.append(d)
         dirnames[:] = kept
@@ -90,16 +114,25 @@ def select_files(root: Path, exclude: list[str], orch_dirs: list[str] | None = N
             rel = prefix + name
             if name.startswith(".orch-pull-") or spec.match_file(rel):
                 continue
-            st = os.lstat(os.path.join(dirpath, name))
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue  # deleted while we looked
             if stat.S_ISLNK(st.st_mode):
-                out[rel] = LocalFile(rel, 0, st.st_mtime_ns, 0o777, os.readlink(os.path.join(dirpath, name)))
+                out[rel] = LocalFile(rel, 0, st.st_mtime_ns, 0o777, os.readlink(full))
             elif stat.S_ISREG(st.st_mode):
+                if not os.access(full, os.R_OK):
+                    raise UsageError(f"cannot read {Path(root, rel)} (permission denied): make it readable "
+                                     f"(chmod u+r) or leave it out of the sync in .orchignore")
                 out[rel] = LocalFile(rel, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+            else:
+                notes.special.append(rel)
     return out
 
 
-def warnings_for(files: dict[str, LocalFile]) -> list[str]:
-    """Likely secrets and a too-large workspace, each with a hint."""
+def warnings_for(files: dict[str, LocalFile], skipped: Skipped | None = None) -> list[str]:
+    """Likely secrets, a too-large workspace, and what was skipped, each with a hint."""
     out = []
     secrets = [rel for rel in files if SECRET_RE.match(rel.rsplit("/", 1)[-1])]
     if secrets:
@@ -111,7 +144,21 @@ def warnings_for(files: dict[str, LocalFile]) -> list[str]:
         out.append(f"the workspace is {total / 2**20:.0f} MB; largest: "
                    + ", ".join(f"{f.rel} ({f.size / 2**20:.0f} MB)" for f in big)
                    + " — ignore data and checkpoints in .orchignore")
+    outside = [f"{f.rel} -> {f.link}" for f in files.values()
+               if f.link is not None and (f.link.startswith("/") or posixpath.normpath(
+                   posixpath.join(posixpath.dirname(f.rel), f.link)).startswith(".."))]
+    if outside:
+        out.append(f"these symlinks point outside the workspace and are synced as links (they may dangle on the "
+                   f"server): {few(outside)}")
+    if skipped is not None and skipped.unreadable:
+        out.append(f"not synced, cannot be read: {few(skipped.unreadable)} (fix the permissions, or .orchignore it)")
+    if skipped is not None and skipped.special:
+        out.append(f"not synced, not regular files (socket, FIFO or device): {few(skipped.special)}")
     return out
+
+
+def few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" (+{len(items) - n} more)" if len(items) > n else "")
 
 
 def sha256_of(path: Path) -> str:
@@ -160,95 +207,11 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
     return plan
 
 
-class _ProcessWriter(io.RawIOBase):
-    def __init__(self, proc: Process) -> None:
-        self.proc = proc
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        self.proc.write(bytes(data))
-        return len(data)
-
-
-def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
-         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Stream the plan's files as one tar to ``agent receive``; return its summary."""
-    if plan.noop:
-        return {"written": 0, "deleted": 0, "bytes": 0}
-    proc = remote.start("receive", project)
-    error: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=1 << 18) as tar:
-                control = json.dumps({"delete": plan.delete, "entries": plan.entries}).encode()
-                info = tarfile.TarInfo(".orch-sync.json")
-                info.size = len(control)
-                tar.addfile(info, io.BytesIO(control))
-                for rel in plan.send:
-                    entry = plan.entries[rel]
-                    info = tarfile.TarInfo(rel)
-                    if entry["link"] is not None:
-                        info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
-                        tar.addfile(info)
-                        continue
-                    with open(root / rel, "rb") as f:
-                        size = os.fstat(f.fileno()).st_size
-                        info.size, info.mode = size, entry["mode"]
-                        tar.addfile(info, f)
-                    if progress:
-                        progress(size)
-            proc.close_stdin()
-        except BaseException as exc:  # reported by the caller after the remote side ends
-            error.append(exc)
-            proc.kill()
-
-    writer = threading.Thread(target=produce, daemon=True)
-    writer.start()
-    try:
-        value = remote.finish(proc, "sync")
-    finally:
-        writer.join()
-    if error:
-        raise error[0]
-    return value
-
-
-def sync(remote: Remote, root: Path, exclude: list[str], state: dict[str, Any], force: bool = False) -> tuple[SyncPlan, dict[str, Any]]:
+def sync(remote: "Remote", root: Path, exclude: list[str], state: dict[str, Any], force: bool = False) -> tuple[SyncPlan, dict[str, Any]]:
     """Sync ``root`` to the host's workspace for its project; ``state`` is hello's ``sync``."""
     files = select_files(root, exclude)
     plan = plan_sync(root, files, state, force)
+    from orchestrator.transfer import send  # transfer builds on this module
+
     summary = send(remote, project_name(root), root, plan)
     return plan, summary
-
-
-def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str]:
-    """Copy ``paths`` (files orch synced, since edited on the server) from the host's
-    workspace into the local one, each written to a temporary and renamed into place."""
-    requests = [{"path": p, "offset": 0} for p in paths]
-    proc = remote.start("send-ws", project)
-    proc.write(json.dumps(requests).encode())
-    proc.close_stdin()
-    stream = FileStream(proc)
-    base = os.path.realpath(root)
-    for req in requests:
-        header = stream.header()
-        size = header.get("size")
-        target = os.path.realpath(os.path.join(base, req["path"]))
-        if header.get("path") != req["path"] or not isinstance(size, int) or size < 0 \
-                or not target.startswith(base + os.sep):
-            raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
-        tmp = Path(target).with_name(f".orch-pull-{os.getpid()}-{Path(target).name}")
-        with open(tmp, "wb") as f:
-            remaining = size
-            while remaining:
-                data = stream.take(min(remaining, 1 << 20))
-                f.write(data)
-                remaining -= len(data)
-        os.replace(tmp, target)
-    if stream.header() != {"end": True}:
-        raise RemoteError(f"{remote.host.name}: the file stream did not end cleanly")
-    proc.wait()
-    return paths

@@ -9,9 +9,9 @@ in a sync that was cut off is not mistaken for an edit made on the server.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
-import shutil
 import tarfile
 from typing import IO, Any, Collection, Dict, List, Optional
 
@@ -80,6 +80,7 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
     fcntl.flock(lock, fcntl.LOCK_EX)  # one receive per project at a time; released at exit
     old = record(root, project)
     control: Optional[Dict[str, Any]] = None
+    received: Dict[str, str] = {}
     written = nbytes = 0
     tmp = None
     try:
@@ -92,6 +93,7 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
                     atomic_write_json(p["pending"], {"entries": control["entries"]})
                     continue
                 dest = safe_join(p["ws"], member.name)
+                clear_way(p["ws"], member.name, old)
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-%d-%s" % (os.getpid(), os.path.basename(dest)))
                 if os.path.lexists(tmp):
@@ -99,14 +101,13 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
                 if member.issym():
                     os.symlink(member.linkname, tmp)
                 elif member.isfile():
-                    with open(tmp, "wb") as f:
-                        shutil.copyfileobj(tar.extractfile(member), f, 1 << 20)
+                    received[member.name] = _copy_hashing(tar.extractfile(member), tmp)
                     os.chmod(tmp, member.mode & 0o7777)
                     nbytes += member.size
                 else:
                     continue
                 if os.path.isdir(dest) and not os.path.islink(dest):
-                    shutil.rmtree(dest)
+                    remove_synced_folder(p["ws"], member.name, old)
                 os.replace(tmp, dest)
                 tmp = None
                 written += 1
@@ -123,15 +124,73 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
             try:
                 os.unlink(safe_join(p["ws"], rel))
                 deleted += 1
-            except FileNotFoundError:
-                pass
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                pass  # gone; or a folder above it became a file; or it became a folder the laptop sent
     files = {}
     for rel, entry in control["entries"].items():
-        st = os.lstat(safe_join(p["ws"], rel))
+        if rel in received:  # the hash of what arrived, which the laptop's may not be if it changed meanwhile
+            entry = dict(entry, sha256=received[rel])
+        elif entry.get("link") is None and (old.get(rel) or {}).get("sha256") != entry.get("sha256"):
+            entry = old.get(rel)  # announced but not sent (it vanished on the laptop): the copy here is the old one
+        if entry is None:
+            continue
+        try:
+            st = os.lstat(safe_join(p["ws"], rel))
+        except OSError:
+            continue  # not here: the record never lists a file it does not have
         files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
     atomic_write_json(p["record"], {"files": files})
     os.unlink(p["pending"])
     return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
+
+
+def _copy_hashing(src: IO[bytes], dest: str) -> str:
+    h = hashlib.sha256()
+    with open(dest, "wb") as f:
+        while True:
+            block = src.read(1 << 20)
+            if not block:
+                break
+            h.update(block)
+            f.write(block)
+    return h.hexdigest()
+
+
+def clear_way(ws: str, rel: str, old: Dict[str, Any]) -> None:
+    """Make every folder above ``rel`` a real folder: a file or symlink standing where the
+    laptop now has a folder is removed when orch synced it (it is in ``old``), so type
+    changes (file -> folder, symlink -> folder) sync; one orch did not sync is an error.
+    Nothing is ever written through a symlink."""
+    parts = rel.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        full = os.path.join(ws, prefix)
+        if not os.path.lexists(full) or (os.path.isdir(full) and not os.path.islink(full)):
+            continue
+        if prefix not in old:
+            raise SyncError("%s is a %s on the server that orch did not sync, where the laptop has a folder: "
+                            "move it away on the server (orch exec HOST -- mv ...) and submit again"
+                            % (prefix, "symlink" if os.path.islink(full) else "file"))
+        os.unlink(full)
+
+
+def remove_synced_folder(ws: str, rel: str, old: Dict[str, Any]) -> None:
+    """Remove folder ``rel`` that the laptop now has as a file or symlink: the files orch
+    synced under it, then the emptied folders. A file orch did not sync (made on the
+    server) stops the sync instead of being deleted."""
+    top = os.path.join(ws, rel)
+    for name in old:
+        if name.startswith(rel + "/"):
+            try:
+                os.unlink(os.path.join(ws, name))
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                pass
+    for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+        if filenames or any(os.path.islink(os.path.join(dirpath, d)) for d in dirnames):
+            left = os.path.relpath(os.path.join(dirpath, (filenames or dirnames)[0]), ws)
+            raise SyncError("%s is a folder on the server holding files orch did not sync (e.g. %s), where the laptop "
+                            "has a file: move them away on the server and submit again" % (rel, left))
+        os.rmdir(dirpath)
 
 
 def snapshot(root: str, project: str, code_dir: str) -> List[str]:

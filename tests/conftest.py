@@ -3,6 +3,7 @@ that runs the real CLI in a subprocess (real exit codes, real stderr)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,10 +13,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
+from orchestrator import sync as syncmod
+from orchestrator.connect import open_transport
+from orchestrator.hosts import Host
+from orchestrator.remote import Remote
 from tests.sshd import SSHServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,3 +119,27 @@ def write_job(dir: Path, name: str, host: str, command: list[str], extra: str = 
         f"launch:\n  nproc_per_node: 1\n  command: {json.dumps(command)}\n{extra}"
     )
     return spec
+
+
+@pytest.fixture(params=["local", "ssh"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Remote]:
+    """A connection to a host whose root is ``tmp_path/remote``: `local` and the loopback sshd."""
+    root = tmp_path / "remote"
+    if request.param == "local":
+        host = Host(name="local", kind="local", root=str(root))
+    else:
+        sshd: SSHServer = request.getfixturevalue("sshd")
+        host = Host(name="box", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
+                    root=str(root), python=sys.executable, host_key=sshd.host_key_line)
+    with open_transport(host, None, lambda fp: False) as transport:
+        yield Remote(host, transport)
+
+
+def run_sync(remote: Remote, ws: Path, exclude: list[str] | None = None, force: bool = False):
+    state = remote.call("hello", syncmod.project_name(ws))["sync"]
+    return syncmod.sync(remote, ws, exclude or [], state, force)
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}

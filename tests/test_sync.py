@@ -3,43 +3,15 @@ remote edits, warnings."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from orchestrator import sync as syncmod
-from orchestrator.connect import open_transport
 from orchestrator.errors import UsageError
-from orchestrator.hosts import Host
 from orchestrator.remote import Remote
-from tests.sshd import SSHServer
-
-
-@pytest.fixture(params=["local", "ssh"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Remote]:
-    root = tmp_path / "remote"
-    if request.param == "local":
-        host = Host(name="local", kind="local", root=str(root))
-    else:
-        sshd: SSHServer = request.getfixturevalue("sshd")
-        host = Host(name="box", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
-                    root=str(root), python=sys.executable, host_key=sshd.host_key_line)
-    with open_transport(host, None, lambda fp: False) as transport:
-        yield Remote(host, transport)
-
-
-def run_sync(remote: Remote, ws: Path, exclude: list[str] | None = None, force: bool = False):
-    state = remote.call("hello", syncmod.project_name(ws))["sync"]
-    return syncmod.sync(remote, ws, exclude or [], state, force)
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+from tests.conftest import run_sync, tree
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ line of ``orch logs -f`` / ``orch submit --follow``.
 
 Everything here is derived from what the server already reports (the status record with
 the last line of ``metrics.jsonl``, and the streamed log text): no extra round trip.
-``row_fields`` is pure; ``FollowBar`` only draws on a terminal.
+``row_fields`` and ``status_lines`` are pure; ``FollowBar`` only draws on a terminal.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from orchestrator.registry import short_ids
+from orchestrator.table import Column, fit
 from orchestrator.termtext import clean
 
 # The built-in trainer's progress line (remote_payload/train.py, ``report``):
@@ -66,7 +68,48 @@ class JobProgress:
         return [self.state, str(self.nodes), step, loss, tps, duration(self.eta_s), duration(self.elapsed_s), cost]
 
 
-COLUMNS = ["STATE", "NODES", "STEP", "LOSS", "TOK/S", "ETA", "ELAPSED", "COST"]
+# ``orch status``'s columns in display order (JobProgress.cells between JOB and HOST). Kept by
+# priority when the terminal is narrow: JOB, STATE, STEP, LOSS, ETA, then REASON (shortened
+# to fit, and only when some job has one), ELAPSED, TOK/S, NODES, HOST, COST; a column no
+# job has anything in comes after all of them. STATE is never shortened; a JOB id is cut
+# (with "…") only when JOB and STATE alone do not fit.
+STATUS_COLUMNS = [
+    Column("JOB", 0, required=True, min_width=8),
+    Column("STATE", 1, required=True),
+    Column("NODES", 8, right=True),
+    Column("STEP", 2, right=True),
+    Column("LOSS", 3, right=True),
+    Column("TOK/S", 7, right=True),
+    Column("ETA", 4, right=True),
+    Column("ELAPSED", 6, right=True),
+    Column("COST", 10, right=True),
+    Column("HOST", 9),
+    Column("REASON", 5, min_width=12),
+]
+WIDE_REASON = 200  # cells of a reason shown by --wide (a server's reason is not a log)
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One job's line of ``orch status``; ``reason`` already passed through ``clean``."""
+
+    job_id: str
+    progress: JobProgress
+    hosts: list[str]
+    reason: str
+
+
+def status_lines(rows: Sequence[StatusRow], width: int | None, known_ids: Iterable[str] | None = None) -> list[str]:
+    """``orch status`` as lines of plain text (header first), each at most ``width`` cells.
+
+    ``width=None`` is ``--wide``: full job ids and every column. Otherwise job ids are
+    shortened to their shortest unique prefix among ``known_ids`` (default: the rows'
+    ids; pass every registry id so the prefix works with ``Registry.get``) and columns are
+    kept by ``STATUS_COLUMNS``' priorities (``table.fit``)."""
+    ids = {r.job_id: r.job_id for r in rows} if width is None \
+        else short_ids([*(known_ids or ()), *(r.job_id for r in rows)])
+    cells = [[ids[r.job_id], *r.progress.cells(), ",".join(r.hosts), r.reason[:WIDE_REASON]] for r in rows]
+    return fit(STATUS_COLUMNS, cells, width)
 
 
 def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | None,

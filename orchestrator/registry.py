@@ -7,17 +7,21 @@ It caches what the hosts say; the hosts' ``status.json`` files stay the truth.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from orchestrator.errors import UsageError
 from orchestrator.home import orch_home
 
 SUBMITTING = "submitting"  # reserved by a submit that has not yet seen its launch confirmed
+LISTED = 8  # ids an ambiguous prefix's error names before "and N more"
+_ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # plan.make_job_id: <name>-<yyyymmdd-hhmmss>-<4 hex>
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -105,4 +109,23 @@ class Registry:
             return matches[0]
         if not matches:
             raise UsageError(f"no job {job_id!r} (see `orch ls`)")
-        raise UsageError(f"{job_id!r} matches several jobs: " + ", ".join(m.job_id for m in matches[:5]))
+        more = f", and {len(matches) - LISTED} more" if len(matches) > LISTED else ""
+        raise UsageError(f"{job_id!r} matches several jobs ({len(matches)}): "
+                         + ", ".join(m.job_id for m in matches[:LISTED]) + more + "; give more of the id")
+
+
+def short_ids(ids: Iterable[str]) -> dict[str, str]:
+    """Each id's shortest prefix that no other id of ``ids`` starts with, so that
+    ``Registry.get`` resolves it to that id when ``ids`` are all the registry's jobs — but
+    never shorter than the job's name (``<name>-<yyyymmdd-hhmmss>-<4 hex>``), so the short
+    form still says which job it is. An id that begins another id stays whole (``get``
+    prefers an exact id). Pure: sort, then compare each id with its neighbours."""
+    unique = sorted(set(ids))
+    out: dict[str, str] = {}
+    for k, job_id in enumerate(unique):
+        shared = 0
+        for other in unique[max(k - 1, 0):k] + unique[k + 1:k + 2]:
+            shared = max(shared, len(os.path.commonprefix([job_id, other])))
+        tail = _ID_TAIL.search(job_id)
+        out[job_id] = job_id[:max(shared + 1, tail.start() if tail else 1)]
+    return out

@@ -54,9 +54,9 @@ def test_status_plot_and_fetched_metrics(orch: Orch, box: str, sshd: SSHServer) 
     assert progress["total"] == 80 and progress["loss"] == 1.2345 and progress["tokens_per_s"] == 5000.0
     assert progress["nodes"] == 1 and progress["eta_s"] is not None and progress["eta_s"] >= 0
     assert progress["cost"] == pytest.approx(3.6 * progress["elapsed_s"] / 3600, rel=0.5, abs=0.01)
-    row = next(line for line in orch("status").stdout.splitlines() if line.startswith(job))
+    row = next(line for line in orch("status", "--wide").stdout.splitlines() if line.startswith(job))
     assert " running " in row and " 20/80 " in row and " 1.2345 " in row and " 5,000 " in row and " box" in row
-    watched = orch("status", "-w", "--interval", "0.2", "--iterations", "2").stdout
+    watched = orch("status", "-w", "--wide", "--interval", "0.2", "--iterations", "2").stdout
     assert job in watched and "20/80" in watched
 
     (orch.job_dir(job) / "go").touch()
@@ -76,7 +76,8 @@ def test_status_plot_and_fetched_metrics(orch: Orch, box: str, sshd: SSHServer) 
     fetched = orch.cwd / "runs" / job / "metrics.jsonl"
     fetched.write_text("\n".join(fetched.read_text().splitlines()[:5]) + "\n")  # tell the copies apart
     out = orch("plot", job)
-    assert f"read runs/{job}/metrics.jsonl: 5 loss" in out.stderr and (orch.cwd / f"{job}.png").is_file()
+    assert f"read runs/{job}/metrics.jsonl: 5 loss" in out.stderr
+    assert (orch.cwd / "runs" / job / "curves.png").is_file() and out.stdout.strip() == f"runs/{job}/curves.png"
 
 
 def test_plot_draws_every_point_and_skips_junk() -> None:

@@ -1,7 +1,14 @@
-"""``orch status`` / ``orch ls``."""
+"""``orch status`` / ``orch ls``.
+
+The table fits the terminal (``progress.status_lines``): on a terminal its width, when
+piped the ``COLUMNS`` environment variable; piped without ``COLUMNS``, or with ``--wide``,
+everything (full job ids, every column) so scripts get whole rows.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import asdict
 from functools import lru_cache
@@ -9,13 +16,12 @@ from typing import Any
 
 import click
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from orchestrator import jobs
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.progress import COLUMNS, JobProgress, row_fields
+from orchestrator.progress import JobProgress, StatusRow, row_fields, status_lines
 from orchestrator.spec import load_spec
 from orchestrator.termtext import clean
 
@@ -51,39 +57,54 @@ def progress_of(app: App, record: Any, status: dict[str, Any]) -> JobProgress:
     return row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
 
 
-def _table(app: App, records: list[Any], statuses: dict[str, dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False)
-    table.add_column("JOB", no_wrap=True)
-    for column in COLUMNS:
-        table.add_column(column, no_wrap=True, justify="left" if column == "STATE" else "right")
-    table.add_column("HOST", no_wrap=True)
-    table.add_column("REASON")
-    for r in records:
-        status = statuses[r.job_id]
-        cells = progress_of(app, r, status).cells()
-        table.add_row(*(Text(c) for c in [r.job_id, *cells, ",".join(r.hosts),
-                                            clean(str(status.get("reason") or ""))[:60]]))
-    return table
+def width_for(app: App, wide: bool) -> int | None:
+    """The width to fit ``orch status`` to: None (everything) for ``--wide`` or when piped
+    without ``COLUMNS``; the console's width on a terminal (rich reads ``COLUMNS`` or
+    asks the terminal, each time: ``-w`` follows a resize)."""
+    if wide:
+        return None
+    if sys.stdout.isatty():
+        return app.out.width
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def _table(app: App, records: list[Any], statuses: dict[str, dict[str, Any]], known_ids: list[str],
+           width: int | None) -> Text:
+    rows = [StatusRow(r.job_id, progress_of(app, r, statuses[r.job_id]), r.hosts,
+                      clean(str(statuses[r.job_id].get("reason") or ""))) for r in records]
+    header, *lines = status_lines(rows, width, known_ids)
+    text = Text()
+    text.append(header, style="bold")
+    for line in lines:
+        text.append("\n" + line)
+    return text
 
 
 @click.command("status")
 @click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object for JOB, a list otherwise).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option("--wide", is_flag=True, help="Full job ids and every column, however wide.")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
               help="Seconds between refreshes with --watch.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, hidden=True,
               help="Stop --watch after N refreshes (tests).")
 @pass_app
-def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, interval: float,
+def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool, interval: float,
                iterations: int | None) -> None:
     """Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost
     estimate for hosts with a price (orch hosts add ... --price-per-hour).
+
+    The table fits the terminal: job ids are shortened to their shortest unique prefix
+    (usable with every command) and the least important columns are left out; --wide
+    shows full ids and every column.
 
     \b
     Examples:
       orch status
       orch status -w
+      orch status --wide
       orch status gpt2-lora-20261129-101500-1a2b --json
     """
     records = [app.registry.get(job)] if job else app.registry.all()
@@ -96,14 +117,16 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, interval: 
     if not records:
         click.echo("no jobs yet: orch submit JOB.yaml")
         return
+    known_ids = [r.job_id for r in app.registry.all()] if job else [r.job_id for r in records]
     if not watch:
-        app.out.print(_table(app, records, refresh(app, records)))
+        app.out.print(_table(app, records, refresh(app, records), known_ids, width_for(app, wide)))
         return
     done = 0
     try:
         with Live(console=app.out, auto_refresh=False) as live:
             while True:
-                live.update(_table(app, records, refresh(app, records)), refresh=True)
+                table = _table(app, records, refresh(app, records), known_ids, width_for(app, wide))
+                live.update(table, refresh=True)
                 done += 1
                 if iterations is not None and done >= iterations:
                     break
@@ -114,10 +137,11 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, interval: 
 
 @click.command("ls")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--wide", is_flag=True, help="Full job ids and every column, however wide.")
 @click.pass_context
-def ls_cmd(ctx: click.Context, as_json: bool) -> None:
+def ls_cmd(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """List all jobs (same as `orch status`)."""
-    ctx.invoke(status_cmd, job=None, as_json=as_json, watch=False, interval=2.0, iterations=None)
+    ctx.invoke(status_cmd, job=None, as_json=as_json, watch=False, wide=wide, interval=2.0, iterations=None)
 
 
 COMMANDS = [status_cmd, ls_cmd]

@@ -30,3 +30,18 @@ def write_private(path: Path, data: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def laptop_id() -> str:
+    """A random id of this laptop's orch (``ORCH_HOME/laptop-id``), made once: it keeps the
+    server folders of two laptops' checkouts apart even when their paths are equal."""
+    path = orch_home() / "laptop-id"
+    try:
+        value = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        value = ""
+    if len(value) == 32 and all(c in "0123456789abcdef" for c in value):
+        return value
+    value = os.urandom(16).hex()
+    write_private(path, value + "\n")
+    return value

@@ -24,6 +24,7 @@ import pathspec
 
 from orchestrator import runs
 from orchestrator.errors import UsageError
+from orchestrator.home import laptop_id
 
 if TYPE_CHECKING:
     from orchestrator.remote import Remote
@@ -51,8 +52,13 @@ class SyncPlan:
 
 
 def project_name(workspace: Path) -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", workspace.name).strip(".-")
-    return name or "workspace"
+    """The workspace's folder on a server: ``<folder name>-<8 hex>``, the hex from this
+    laptop's id and the checkout's absolute path. Readable in VSCode, the same for every
+    submit from one checkout (incremental sync), and never shared by two checkouts — two
+    clones called ``train/`` on one laptop, or on two laptops, get folders of their own."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", workspace.name).strip(".-")[:40] or "workspace"
+    key = hashlib.sha256(f"{laptop_id()}\0{os.path.realpath(workspace)}".encode()).hexdigest()[:8]
+    return f"{name}-{key}"
 
 
 def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+from unittest.mock import patch
 
 import pytest
 
@@ -24,6 +25,14 @@ from orchestrator.remote import Remote
 from tests.sshd import SSHServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """ORCH_HOME for code the tests run in-process: never the real user's."""
+    home = tmp_path_factory.mktemp("orch-home")
+    with patch.dict(os.environ, {"ORCH_HOME": str(home)}):
+        yield home
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +89,11 @@ class Orch:
 
     def job_dir(self, job_id: str) -> Path:
         return Path(self.json("status", job_id)["job_dir"])
+
+    def server_workspace(self, ws: Path, root: Path | None = None) -> Path:
+        """Where this laptop's checkout ``ws`` lives on a host whose root is ``root``."""
+        with patch.dict(os.environ, {"ORCH_HOME": str(self.home)}):
+            return (root or self.remote_root) / "workspace" / syncmod.project_name(ws)
 
 
 @pytest.fixture

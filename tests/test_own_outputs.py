@@ -89,3 +89,22 @@ def test_a_working_directory_file_that_clashes_with_the_job_folder_keeps_its_cod
                Entry("code/metrics.jsonl/x", 1, "4" * 64), Entry("code/outputs/a/deeper", 1, "5" * 64)]
     assert [e.local for e in local_names(entries)] == [
         "outputs/a", "code/outputs/a", "outputs/b", "metrics.jsonl", "code/metrics.jsonl/x", "code/outputs/a/deeper"]
+
+
+def test_two_checkouts_with_the_same_folder_name_never_share_a_server_folder(orch: Orch, host: str) -> None:
+    specs = []
+    for laptop in ("alice", "bob"):
+        checkout = orch.cwd / laptop / "train"
+        checkout.mkdir(parents=True)
+        (checkout / "main.py").write_text(f"print('code of {laptop}')\n")
+        spec = checkout / "job.yaml"
+        spec.write_text(f"name: {laptop}\nhosts: [{host}]\nlaunch: {{nproc_per_node: 1, command: python main.py}}\n")
+        specs.append(spec)
+    jobs = [submit(orch, spec) for spec in specs]
+    for laptop, job in zip(("alice", "bob"), jobs):
+        assert f"code of {laptop}" in orch("logs", job).stdout
+    root = orch.job_dir(jobs[0]).parent.parent
+    folders = {orch.server_workspace(spec.parent, root) for spec in specs}
+    assert len(folders) == 2 and all(f.name.startswith("train-") and (f / "main.py").is_file() for f in folders)
+    again = orch("submit", str(specs[0]), "--follow")
+    assert "syncing 0 changed file(s)" in again.stderr and "deleting" not in again.stderr

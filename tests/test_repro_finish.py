@@ -93,7 +93,7 @@ def test_pull_remote_edits_brings_server_changes_back_first(orch: Orch, box: str
     main = orch.cwd / "ws" / "main.py"
     main.write_text("print('laptop version')\n")
     orch("submit", str(spec), "--follow")
-    on_server = orch.remote_root / "workspace" / "ws" / "main.py"
+    on_server = orch.server_workspace(orch.cwd / "ws") / "main.py"
     on_server.write_text("print('fixed in VSCode on the server')\n")
     refused = orch("submit", str(spec), check=2)
     assert "main.py" in refused.stderr and "--pull-remote-edits" in refused.stderr

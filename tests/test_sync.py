@@ -41,7 +41,7 @@ def test_selection_follows_gitignore_orchignore_and_exclude(ws: Path) -> None:
 
 def test_first_sync_copies_the_selection_with_modes(remote: Remote, ws: Path, tmp_path: Path) -> None:
     plan, summary = run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / "proj"
+    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws)
     assert tree(dest) == {k: v for k, v in tree(ws).items() if k in set(syncmod.select_files(ws, []))}
     assert summary["written"] == len(plan.send) == 5
     assert os.stat(dest / "train.sh").st_mode & 0o777 == 0o755
@@ -58,12 +58,12 @@ def test_no_change_moves_no_data_and_one_change_moves_one_file(remote: Remote, w
     (ws / "src" / "pkg" / "a.py").write_text("a = 2\n")
     plan, summary = run_sync(remote, ws)
     assert plan.send == ["src/pkg/a.py"] and summary["written"] == 1
-    assert (tmp_path / "remote" / "workspace" / "proj" / "src" / "pkg" / "a.py").read_text() == "a = 2\n"
+    assert (tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "src" / "pkg" / "a.py").read_text() == "a = 2\n"
 
 
 def test_deletes_only_what_orch_synced(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / "proj"
+    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws)
     (dest / "made-on-server.txt").write_text("mine\n")
     (ws / "train.sh").unlink()
     plan, summary = run_sync(remote, ws)
@@ -73,7 +73,7 @@ def test_deletes_only_what_orch_synced(remote: Remote, ws: Path, tmp_path: Path)
 
 def test_files_edited_on_the_server_are_not_overwritten(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / "proj" / "src" / "pkg" / "a.py"
+    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "src" / "pkg" / "a.py"
     dest.write_text("edited in VSCode on the server\n")
     (ws / "src" / "pkg" / "a.py").write_text("a = 3\n")
     with pytest.raises(UsageError, match="changed on the server.*src/pkg/a.py"):
@@ -85,7 +85,7 @@ def test_files_edited_on_the_server_are_not_overwritten(remote: Remote, ws: Path
 
 def test_a_file_deleted_on_the_server_is_restored(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / "proj" / "train.sh"
+    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "train.sh"
     dest.unlink()
     plan, _ = run_sync(remote, ws)
     assert plan.send == ["train.sh"] and dest.read_text() == "#!/bin/sh\necho hi\n"

@@ -32,7 +32,7 @@ def test_sync_cut_midway_fails_cleanly_and_the_next_sync_completes(orch: Orch, f
     proxy.cut_after(2_000_000, "up")
     out = orch("submit", str(spec), check=3)
     assert "connection to flaky" in out.stderr and "lost" in out.stderr and "Traceback" not in out.stderr
-    dest = orch.remote_root / "workspace" / "ws"
+    dest = orch.server_workspace(orch.cwd / "ws")
     time.sleep(1)  # the server side notices the broken stream and cleans up
     local = digest_tree(orch.cwd / "ws")
     for rel, digest in digest_tree(dest).items():

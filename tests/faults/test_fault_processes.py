@@ -116,7 +116,7 @@ def test_full_disk_fails_clearly_and_freeing_space_recovers(orch: Orch, sshd, ti
     big.write_bytes(os.urandom(4_000_000))
     out = orch("submit", str(spec), check=4)
     assert "No space left on device" in out.stderr and "Traceback" not in out.stderr
-    ws = tiny_disk / "orch" / "workspace" / "ws"
+    ws = orch.server_workspace(orch.cwd / "ws", tiny_disk / "orch")
     assert not (ws / "data.bin").exists() and not list(ws.glob(".orch-tmp-*"))
     subprocess.run(["mount", "-o", "remount,size=32m", str(tiny_disk)], check=True)
     done = json.loads(orch("submit", str(spec), "--follow", "--json").stdout)

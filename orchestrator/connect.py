@@ -24,15 +24,17 @@ def ask_on_tty(fingerprint: str) -> bool:
 
 
 def open_transport(host: Host, inventory: Inventory | None = None,
-                   trust: Callable[[str], bool] = ask_on_tty) -> Transport:
-    """Connect to ``host``. A key accepted through ``trust`` is pinned in the inventory
-    entry (when the host is an inventory entry)."""
+                   trust: Callable[[str], bool] = ask_on_tty,
+                   pin: Callable[[str], None] | None = None) -> Transport:
+    """Connect to ``host``. A key accepted through ``trust`` goes to ``pin`` when given
+    (``orch hosts add`` keeps it in memory until the entry is complete); otherwise it is
+    pinned in the inventory entry (when the host is an inventory entry)."""
     if host.kind == "local":
         return LocalTransport(host.name)
     from orchestrator.transport.ssh import SSHTransport
 
-    def pin(line: str) -> None:
+    def save_pin(line: str) -> None:
         if inventory is not None and (inventory.dir / f"{host.name}.json").is_file():
             inventory.save(inventory.get(host.name).model_copy(update={"host_key": line}))
 
-    return SSHTransport(host, trust=trust, on_new_key=pin)
+    return SSHTransport(host, trust=trust, on_new_key=pin or save_pin)

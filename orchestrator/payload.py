@@ -3,7 +3,9 @@
 Every remote call is ``[python, "-c", BOOT, root, hash, command, *args]``: BOOT finds
 ``<root>/payload/<hash>/remote_payload`` (exit 97 when it is missing), puts it on
 ``sys.path`` and runs ``agent.main``. ``install`` unpacks a tar from stdin into a temp
-folder and renames it into place, so a payload folder is complete or absent.
+folder and renames it into place, so a payload folder is complete or absent. When it cannot
+create that folder (root not writable) it exits 98 with one stderr line
+``orch-root-unwritable<TAB>expanded root<TAB>reason`` and no traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 import remote_payload
 
 MISSING_EXIT = 97
+ROOT_EXIT = 98            # install could not create <root>/payload: stderr has ROOT_MARKER
+ROOT_MARKER = "orch-root-unwritable"
 
 BOOT = r"""
 import os, sys
@@ -24,8 +28,14 @@ root = os.path.expanduser(sys.argv[1]); h = sys.argv[2]
 d = os.path.join(root, "payload", h)
 if sys.argv[3] == "install":
     import shutil, tarfile, tempfile
-    parent = os.path.join(root, "payload"); os.makedirs(parent, exist_ok=True)
-    t = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    parent = os.path.join(root, "payload")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        t = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    except OSError as e:
+        sys.stdin.buffer.read()
+        sys.stderr.write("orch-root-unwritable\t%s\t%s\n" % (root, e.strerror or e))
+        sys.exit(98)
     kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
     tarfile.open(fileobj=sys.stdin.buffer, mode="r|").extractall(t, **kw)
     try:

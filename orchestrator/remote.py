@@ -8,13 +8,15 @@ is parsed as untrusted JSON.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, Sequence
 
 from orchestrator import pythons, shell
-from orchestrator.errors import CommandFailed, RemoteError
+from orchestrator.errors import CommandFailed, RemoteError, RootNotWritable
 from orchestrator.hosts import Host
-from orchestrator.payload import BOOT, MISSING_EXIT, payload_hash, payload_tar
+from orchestrator.termtext import clean
+from orchestrator.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
 from orchestrator.transport.base import Process, Result, Transport
 
 MAX_JSON_BYTES = 64 << 20
@@ -24,6 +26,9 @@ MAX_JSON_BYTES = 64 << 20
 # supervisor inherits it from launch/resume; hello --gpus counts GPUs as the job will.
 LOGIN_COMMANDS = frozenset({"install", "launch", "resume", "preflight"})
 NOT_RUNNABLE = (126, 127)
+# How the agent reports an OSError ("PermissionError: [Errno 13] Permission denied: '/x'"):
+# permission denied, operation not permitted, read-only file system.
+_WRITE_ERROR = re.compile(r"^(?:PermissionError|OSError): \[Errno (?:1|13|30)\] (?P<reason>[^:]+): '(?P<path>[^']*)'")
 
 
 class Remote:
@@ -36,6 +41,7 @@ class Remote:
         self.python = sys.executable if host.kind == "local" else host.python
         self.direct = None if host.kind == "local" else pythons.get(host)
         self._installed = False
+        self.root_seen: str | None = None  # the expanded root, once ``hello`` reported it
 
     def argv(self, command: str, *args: str) -> list[str]:
         tail = ["-c", BOOT, self.host.root, payload_hash(), command, *args]
@@ -46,7 +52,13 @@ class Remote:
         return [self.direct, *tail]
 
     def install(self) -> None:
+        """Send the payload. ``RootNotWritable`` (one line, no command) when the host's root
+        cannot be created or written; ``CommandFailed`` for any other failure."""
         result = self.transport.run(self.argv("install"), input=payload_tar(), timeout=120)
+        if result.exit_code == ROOT_EXIT:
+            unwritable = root_not_writable(self.host, result.stderr)
+            if unwritable is not None:
+                raise unwritable
         if not result.ok:
             raise CommandFailed(result, f"installing orch's helper with {self.python}")
         self._installed = True
@@ -72,11 +84,23 @@ class Remote:
             if isinstance(found, str) and found.startswith("/") and found != self.direct:
                 pythons.put(self.host, found)
                 self.direct = found
+        if isinstance(value, dict) and isinstance(value.get("root"), str) and command == "hello":
+            self.root_seen = value["root"].rstrip("/") or "/"
         if isinstance(value, dict) and "error" in value:
-            raise RemoteError(f"{self.host.name}: {command} failed: {value['error']}")
+            raise self._agent_error(command, value["error"])
         if not result.ok:
             raise CommandFailed(result, f"orch helper '{command}'")
         return value
+
+    def _agent_error(self, what: str, message: object) -> RemoteError:
+        """The agent's ``{"error": ...}`` as an exception: a permission or read-only error on
+        a path under the root that ``hello`` reported is ``RootNotWritable``."""
+        match = _WRITE_ERROR.match(str(message))
+        if match and self.root_seen is not None:
+            path = match["path"]
+            if path == self.root_seen or path.startswith(self.root_seen.rstrip("/") + "/"):
+                return RootNotWritable(self.host.name, self.root_seen, clean(match["reason"]), self.host.root)
+        return RemoteError(f"{self.host.name}: {what} failed: {message}")
 
     def start(self, command: str, *args: str) -> Process:
         """Start a streaming agent command (``follow``, ``send``, ``receive``)."""
@@ -93,10 +117,22 @@ class Remote:
         result = Result(self.host.name, proc.command, code, b"".join(chunks), proc.stderr)
         value = parse_json(result)
         if isinstance(value, dict) and "error" in value:
-            raise RemoteError(f"{self.host.name}: {what} failed: {value['error']}")
+            raise self._agent_error(what, value["error"])
         if not result.ok:
             raise CommandFailed(result, what)
         return value
+
+
+def root_not_writable(host: Host, stderr: bytes) -> RootNotWritable | None:
+    """BOOT's ``orch-root-unwritable<TAB>path<TAB>reason`` line (untrusted: cleaned and
+    capped) as the one-line error; ``None`` when stderr holds no such line."""
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        marker, _, rest = line.partition("\t")
+        if marker == ROOT_MARKER:
+            path, _, reason = rest.partition("\t")
+            return RootNotWritable(host.name, clean(path)[:300] or host.root, clean(reason)[:200] or "unknown reason",
+                                   host.root)
+    return None
 
 
 def parse_json(result: Result) -> Any:

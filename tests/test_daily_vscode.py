@@ -71,7 +71,7 @@ def test_code_opens_the_workspace_or_the_job_snapshot(orch: Orch, box: str, home
     stand_in.chmod(0o755)
     spec = write_job(orch.cwd, "snap", "box", ["python", "-c", "print(1)"])
     orch("code", "box", "--workspace", str(orch.cwd / "ws"))
-    assert json.loads(record.read_text()) == ["--remote", "ssh-remote+orch-box", f"{orch.remote_root}/workspace/ws"]
+    assert json.loads(record.read_text()) == ["--remote", "ssh-remote+orch-box", str(orch.server_workspace(orch.cwd / "ws"))]
     assert "Host orch-box" in (home / ".ssh" / "config").read_text()
     orch("code", "box")
     assert json.loads(record.read_text())[-1] == f"{orch.remote_root}/workspace"
@@ -90,6 +90,40 @@ def test_exec_streams_output_and_keeps_the_exit_code(orch: Orch, box: str) -> No
     out = orch("exec", "box", "--", "sh", "-c", 'echo "a b;$1"; echo err >&2; exit 7', "sh", "$(x) 'q'", check=7)
     assert out.stdout == "a b;$(x) 'q'\n" and out.stderr == "err\n"
     assert orch("exec", "local", "--", sys.executable, "-c", "print(6*7)").stdout == "42\n"
+
+
+def test_exec_runs_one_argument_with_shell_syntax_as_a_shell_line(orch: Orch, box: str) -> None:
+    """One argument with shell syntax is a `bash -c` line; several arguments stay an argv (no
+    shell sees them); a single plain word is a program, and a missing one says how to pipe."""
+    assert orch("exec", "box", "--", "echo a b | tr a-z A-Z").stdout == "A B\n"
+    assert orch("exec", "box", "--", 'echo one && echo gone > /dev/null; echo "$((6 * 7))"').stdout == "one\n42\n"
+    assert orch("exec", "box", "--", "exit 3", check=3).stdout == ""
+    assert orch("exec", "box", "--", "echo", "a|b").stdout == "a|b\n"
+    assert orch("exec", "box", "--", "printf", "%s\\n", "a b", "$HOME", "x; y").stdout == "a b\n$HOME\nx; y\n"
+    assert orch("exec", "local", "--", "echo a b | tr a-z A-Z").stdout == "A B\n"
+    for host in ("box", "local"):
+        missing = orch("exec", host, "--", "no-such-tool-xyz", check=127)
+        assert "'no-such-tool-xyz' was not found?" in missing.stderr and "ONE quoted argument" in missing.stderr
+        assert f"orch exec {host} -- 'nvidia-smi | head'" in missing.stderr and "Traceback" not in missing.stderr
+    assert "ONE quoted argument" not in orch("exec", "box", "--", "no-such-tool-xyz | cat").stderr
+    assert "bash -c" in orch("exec", "--help").stdout
+
+
+def test_exec_shell_line_sees_the_login_shells_path(orch: Orch, sshd: SSHServer) -> None:
+    """A plain user whose tools are on the PATH of a login shell only (like AutoDL's conda)."""
+    ensure_user("orchexec")
+    home = Path("/home/orchexec")
+    (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (home / ".ssh" / "authorized_keys").write_text(Path(str(sshd.client_key) + ".pub").read_text())
+    (home / "tools").mkdir(exist_ok=True)
+    (home / "tools" / "mytool").write_text("#!/bin/sh\necho from-login-path \"$@\"\n")
+    (home / "tools" / "mytool").chmod(0o755)
+    (home / ".bash_profile").write_text('export PATH="$HOME/tools:$PATH"\n')
+    subprocess.run(["chown", "-R", "orchexec:orchexec", str(home)], check=True)
+    orch("hosts", "add", "ex", "--ssh", f"ssh -p {sshd.port} orchexec@127.0.0.1", "--identity", str(sshd.client_key),
+         "--python", "/usr/bin/python3", "--trust")
+    assert orch("exec", "ex", "--", "mytool | tr a-z A-Z").stdout == "FROM-LOGIN-PATH\n"
+    assert orch("exec", "ex", "--", "mytool", "a  b").stdout == "from-login-path a  b\n"
 
 
 def test_install_key_turns_a_password_login_into_a_key_login(orch: Orch, sshd: SSHServer, home: Path) -> None:

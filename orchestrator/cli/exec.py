@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import threading
 import time
@@ -62,6 +63,26 @@ def run_streaming(proc: Process, forward_stdin: bool) -> int:
     return code
 
 
+def is_shell_line(words: list[str]) -> bool:
+    """One argument that a shell would have to quote (a space, ``|``, ``;``, ``&&``, ``>``,
+    ``$``, quotes, globs …) is a shell command line; a single plain word is a program, and
+    several arguments are an argv, passed on as they are."""
+    return len(words) == 1 and shlex.quote(words[0]) != words[0]
+
+
+def exec_argv(words: list[str], local: bool) -> list[str]:
+    """What runs: a shell line under ``bash -c`` (``bash -lc`` on an SSH host: the login
+    shell, so conda's PATH applies); an argv as it is (``exec``-ed by a login shell on SSH)."""
+    if is_shell_line(words):
+        return ["bash", "-c" if local else "-lc", words[0]]
+    return words if local else shell.login_argv(words)
+
+
+def _not_found_hint(host: str, words: list[str]) -> str:
+    return (f"{host}: exit 127: {words[0]!r} was not found? To run a shell command line (a pipe, ;, &&, "
+            f"a redirection, $VAR), pass it as ONE quoted argument: orch exec {host} -- 'nvidia-smi | head'")
+
+
 @click.command("exec", context_settings={"ignore_unknown_options": True})
 @click.argument("host_name", metavar="HOST")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
@@ -69,21 +90,35 @@ def run_streaming(proc: Process, forward_stdin: bool) -> int:
 def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
     """Run one command on HOST (through its login shell) and exit with its exit code.
 
-    The words after `--` are passed as they are (through a login shell on SSH hosts, so
-    conda's PATH is there): no shell re-splits them. Piped stdin is forwarded.
+    \b
+    Two forms:
+      several arguments, or one plain word: a program and its arguments, passed on
+        exactly as they are (no shell re-splits or expands them)
+      ONE argument with shell syntax (spaces, |, ;, &&, >, $, quotes, ...): a shell
+        command line, run with `bash -c` (on SSH hosts `bash -lc`, so conda's PATH is there)
+    Piped stdin is forwarded.
 
     \b
     Examples:
       orch exec box -- nvidia-smi
+      orch exec box -- 'nvidia-smi | head -n 15'
+      orch exec box -- 'cd /root/autodl-tmp && du -sh * > sizes.txt'
       orch exec box -- python -c "import torch; print(torch.__version__)"
     """
     words = list(argv[1:] if argv[:1] == ("--",) else argv)
     if not words:
         raise UsageError("nothing to run: orch exec HOST -- CMD ...")
     host = app.inventory.get(host_name)
-    argv = words if host.kind == "local" else shell.login_argv(words)  # conda's PATH, like the job
+    local = host.kind == "local"
     with open_transport(host, app.inventory, never) as transport:
-        code = run_streaming(transport.start(argv), forward_stdin=not sys.stdin.isatty())
+        try:
+            proc = transport.start(exec_argv(words, local))
+        except FileNotFoundError:  # local: no such program (an SSH host's shell says so itself)
+            print(f"{words[0]}: not found", file=sys.stderr)
+            proc = None
+        code = 127 if proc is None else run_streaming(proc, forward_stdin=not sys.stdin.isatty())
+    if code == 127 and not is_shell_line(words):
+        app.say(_not_found_hint(host_name, words))
     raise SystemExit(code)
 
 

@@ -11,13 +11,14 @@ from rich.table import Table
 from orchestrator import keys
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.check import run_preflight
-from orchestrator.connect import never, open_transport
-from orchestrator.errors import CommandFailed, HostError, UsageError
+from orchestrator.connect import ask_on_tty, never, open_transport
+from orchestrator.errors import CommandFailed, HostError, HostKeyError, NotSaved, OrchError, UsageError
 from orchestrator.hosts import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
 from orchestrator.preflight import Needs
 from orchestrator.presets import PRESETS
 from orchestrator.remote import Remote
 from orchestrator.spec import ENV_KEY_RE
+from orchestrator.testhooks import pause
 
 
 @click.group("hosts")
@@ -25,26 +26,35 @@ def hosts_group() -> None:
     """Manage the host inventory (`local` is built in)."""
 
 
-def _trust(app: App, host: Host) -> Host:
-    """Connect, pin the offered key in the entry, and show its fingerprint."""
+def _trust(app: App, host: Host, *, save: bool) -> Host:
+    """Connect, accept the offered key, run ``hello`` (installs the helper: proves the python
+    and the root work) and return ``host`` with the key pinned. ``save``: the key goes into the
+    inventory entry as soon as the connection is made (``hosts trust``); otherwise it is only
+    in the returned copy (``hosts add`` saves the whole entry once every step worked)."""
     shown: list[str] = []
+    pinned: list[str] = []
 
     def accept(fingerprint: str) -> bool:
         shown.append(fingerprint)
         return True
 
-    with open_transport(host, app.inventory, accept) as transport:
+    def said_key() -> None:
+        app.say(f"{host.name}: pinned host key {shown[0]}" if shown else
+                f"{host.name}: host key matches the pinned one")
+
+    with open_transport(host, app.inventory, accept, None if save else pinned.append) as transport:
+        if save:
+            said_key()
         hello = Remote(host, transport).call("hello")
-    pinned = app.inventory.get(host.name)
-    if shown:
-        app.say(f"{host.name}: pinned host key {shown[0]}")
-    else:
-        app.say(f"{host.name}: host key matches the pinned one")
+    if not save:
+        said_key()
     app.say(f"{host.name}: python {hello.get('python_version')} at {hello.get('python')}, root {hello.get('root')}")
-    return pinned
+    if pinned:
+        return host.model_copy(update={"host_key": pinned[0]})
+    return app.inventory.get(host.name) if save else host
 
 
-def _kept_key(app: App, old: Host, new: Host, keep_key: bool) -> str | None:
+def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> str | None:
     """Re-adding a host keeps its pinned key when the address is the same; after a move
     (a new port after an AutoDL restart) only when the user confirms or passes --keep-key."""
     if (old.address, old.port) == (new.address, new.port) or keep_key:
@@ -54,8 +64,9 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool) -> str | None:
         "Keep requiring the same host key (yes for a restarted instance)?", default=True, err=True
     ):
         return old.host_key
-    app.say(f"{old.name}: the pinned host key was dropped (the address changed); pin the new one with "
-            f"`orch hosts trust {old.name}` or pass --keep-key")
+    app.say(f"{old.name}: the pinned host key was dropped (the address changed); " +
+            ("--trust pins the one the server offers now" if trust else
+             f"pin the new one with `orch hosts trust {old.name}` or pass --keep-key"))
     return None
 
 
@@ -83,6 +94,9 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
             install_key: bool, key: Path | None, price_per_hour: float | None,
             idle_shutdown_minutes: float | None) -> None:
     """Add or update a host.
+
+    With --trust or --install-key it connects first and saves the entry only when every step
+    worked; otherwise it says "not saved" and an existing entry stays as it was.
 
     \b
     Examples:
@@ -113,36 +127,58 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     except ValueError as exc:
         raise UsageError(f"invalid host: {exc}") from None
     if old is not None and old.host_key:
-        host = host.model_copy(update={"host_key": _kept_key(app, old, host, keep_key)})
+        host = host.model_copy(update={"host_key": _kept_key(app, old, host, keep_key, trust)})
+    if trust or install_key:
+        host = _verify(app, host, old is not None, trust, install_key, key)
     app.inventory.save(host)
     app.say(f"saved {name}: {host.target}, root {host.root}")
-    if trust:
-        _trust(app, host)
-    elif host.host_key is None and not install_key:
+    if host.host_key is None:
         app.say(f"its host key is not pinned yet: orch hosts trust {name}")
-    if install_key:
-        _install_key(app, app.inventory.get(name), key)
 
 
-def _install_key(app: App, host: Host, key: Path | None) -> None:
-    """Password login once → key appended remotely → key-only login verified → entry saved
-    with ``identity_file`` and without ``password_env``. On failure the entry stays as it was."""
+def _verify(app: App, host: Host, had_entry: bool, trust: bool, install_key: bool, key: Path | None) -> Host:
+    """The connecting steps of ``hosts add`` on an entry that is not saved yet: pin the key
+    (--trust), install the public key (--install-key). Any failure — unreachable, refused login,
+    a different host key, an unwritable root, Ctrl-C — leaves the inventory as it was
+    (``NotSaved`` keeps the cause's exit code)."""
+    try:
+        if trust:
+            host = _trust(app, host, save=False)
+        if install_key:
+            host = _install_key(app, host, key)
+        pause("hosts-add-unsaved")
+    except OrchError as exc:
+        hint = None
+        if isinstance(exc, HostKeyError) and host.host_key is None:
+            hint = f"to pin the key while adding the host, add --trust to `orch hosts add {host.name}`"
+        raise NotSaved(exc, host.name, had_entry, hint) from None
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        app.say(f"{host.name} was not " + ("updated: its previous entry is unchanged" if had_entry else "saved"))
+        raise
+    return host
+
+
+def _install_key(app: App, host: Host, key: Path | None) -> Host:
+    """Password login once → key appended remotely → key-only login verified → ``host`` with
+    ``identity_file`` and without ``password_env`` (the caller saves it). Saves nothing."""
     private, public_line = keys.choose_key(key, app.say)
-    with open_transport(host, app.inventory) as transport:
+    pinned: list[str] = []
+    with open_transport(host, None, ask_on_tty, pinned.append) as transport:
         done = keys.install_key(transport, host, public_line)
+    if pinned:
+        host = host.model_copy(update={"host_key": pinned[0]})
     app.say(f"{host.name}: key {private} {'was already' if done == 'present' else 'is now'} in ~/.ssh/authorized_keys")
-    host = app.inventory.get(host.name)
     keyed = host.model_copy(update={"identity_file": str(private), "password_env": None})
     try:
         with open_transport(keyed, None, never) as transport:
             result = transport.run(["true"], timeout=60)
     except HostError as exc:
-        raise HostError(f"the key was installed, but a login with it alone failed; {host.name} keeps using "
-                        f"${host.password_env}.\n{exc}") from None
+        raise HostError(f"the key was installed, but a login with it alone failed (drop --install-key to keep "
+                        f"using ${host.password_env}).\n{exc}") from None
     if not result.ok:
         raise CommandFailed(result, "a test command over the key login")
-    app.inventory.save(keyed)
-    app.say(f"{host.name}: logged in with the key alone; saved identity {private}, the password is no longer used")
+    app.say(f"{host.name}: logged in with the key alone; the password is no longer used")
+    return keyed
 
 
 @hosts_group.command("trust")
@@ -162,7 +198,7 @@ def trust_cmd(app: App, name: str, replace: bool) -> None:
     if replace and host.host_key:
         host = host.model_copy(update={"host_key": None})
         app.inventory.save(host)
-    _trust(app, host)
+    _trust(app, host, save=True)
 
 
 @hosts_group.command("check")

@@ -141,6 +141,8 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                     pulled.update(transfer.pull(remote, project, workspace, edited))
             if pulled:
                 files = syncmod.select_files(workspace, spec.workspace.exclude)
+        for remote, hello in zip(remotes, hellos):
+            say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
         sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
         for host, sp in zip(hosts, sync_plans):
             say(f"{host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
@@ -152,6 +154,19 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
         registry.update(job_id, "pending", {})
         return Submitted(plan, summaries[0], warnings)
+
+
+def say_lock_holder(host: str, holder: Any, say: Say) -> None:
+    """Name an earlier sync that still holds the workspace's lock (from ``hello``; untrusted)."""
+    if not isinstance(holder, dict):
+        return
+    try:
+        pid, idle, started = int(holder.get("pid", 0)), float(holder.get("idle_s", 0)), float(holder.get("started", 0))
+    except (TypeError, ValueError):
+        return
+    since = datetime.fromtimestamp(started).strftime("%H:%M:%S") if started > 0 else "?"
+    say(f"{host}: an earlier sync of this workspace (pid {pid}, since {since}) still holds its lock, no progress "
+        f"for {idle:.0f} s; waiting — it is stopped after {transfer.STALL_S:.0f} s without progress")
 
 
 def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say) -> None:

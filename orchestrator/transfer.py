@@ -21,6 +21,7 @@ from typing import Any, Callable
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.remote import FileStream, Remote
 from orchestrator.sync import SyncPlan, few, sha256_of
+from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process
 
 
@@ -109,6 +110,9 @@ def _replan(root: Path, plan: SyncPlan, changed: list[str]) -> SyncPlan:
 
 
 SEND_ROUNDS = 3
+# An earlier receive of the same workspace that made no progress for this long is stopped
+# and its lock taken over (remote_payload/lease.py); tests shorten it.
+STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
 
 
 def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
@@ -134,7 +138,8 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
                progress: Callable[[int], None] | None) -> tuple[dict[str, Any], list[str]]:
-    proc = remote.start("receive", project)
+    proc = remote.start("receive", project, str(STALL_S))
+    pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
     outcome: dict[str, Any] = {}
 
     def produce() -> None:

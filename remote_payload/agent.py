@@ -8,7 +8,6 @@ prints ``{"error": ...}`` and exits 4.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -19,11 +18,12 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import netcheck, onfinish, proctree, repro, streams, workspace
+from remote_payload import lease, netcheck, onfinish, proctree, repro, streams, workspace
 from remote_payload.common import (CODE_DIR, SNAPSHOT, TERMINAL, atomic_write_json, boot_id, build_manifest, group_alive,
                                    pid_alive, read_json, snapshot_record)
 
 PENDING_GRACE_S = 30.0
+LOCK_WAIT_S = 300.0  # cancel holds the jobs lock for its grace period (at most a few minutes)
 
 
 class AgentError(Exception):
@@ -208,8 +208,12 @@ def kill_group(pgid: int, grace: float) -> None:
 
 
 def last_metrics(path: str) -> Optional[Dict[str, Any]]:
-    """The newest training row of metrics.jsonl (one with ``loss``), with the newest eval
-    row's ``eval_loss``/``eval_ppl`` merged in; None when there is none yet."""
+    """What ``orch status`` shows, from the last 32 KiB of metrics.jsonl (the built-in
+    trainer's, a user script's, or rows the supervisor read from a HF Trainer log; format in
+    docs/own-script.md): the newest training row (one with ``loss``), the newest eval row's
+    ``eval_*`` merged in, ``step``/``time`` from a newer row without loss (progress only),
+    and the newest ``total_steps`` when the training row has none. None when there is no
+    such row yet."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - 32768))
@@ -218,6 +222,8 @@ def last_metrics(path: str) -> Optional[Dict[str, Any]]:
         return None
     train: Optional[Dict[str, Any]] = None
     evaluation: Optional[Dict[str, Any]] = None
+    latest: Optional[Dict[str, Any]] = None
+    total: Any = None
     for line in reversed(lines):
         try:
             value = json.loads(line)
@@ -225,18 +231,31 @@ def last_metrics(path: str) -> Optional[Dict[str, Any]]:
             continue
         if not isinstance(value, dict):
             continue
+        if latest is None and _is_number(value.get("step")):
+            latest = value
+        if total is None and _is_number(value.get("total_steps")):
+            total = value["total_steps"]
         if train is None and "loss" in value:
             train = value
         if evaluation is None and "eval_loss" in value:
             evaluation = value
-        if train is not None and evaluation is not None:
+        if train is not None and evaluation is not None and total is not None:
             break
-    if train is None:
-        return evaluation
-    out = dict(train)
+    if train is None and evaluation is None and latest is None:
+        return None
+    out = dict(train or evaluation or latest or {})
     if evaluation is not None:
         out.update({k: v for k, v in evaluation.items() if k.startswith("eval_")})
+    if latest is not None and "loss" not in latest and "eval_loss" not in latest \
+            and (not _is_number(out.get("step")) or latest["step"] > out["step"]):
+        out.update({k: latest[k] for k in ("step", "time") if k in latest})
+    if total is not None and "total_steps" not in out:
+        out["total_steps"] = total
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fail(message: str) -> int:
@@ -250,17 +269,17 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
     agent = Agent(root, payload_dir)
     cmd, args = argv[0], argv[1:]
     try:
-        lock = None
-        if cmd in ("launch", "resume", "cancel"):
+        held = None  # noqa: F841 - the jobs lease lives as long as this call
+        request = sys.stdin.read() if cmd == "launch" else ""  # all of it before locking: a frozen link stalls no one
+        if cmd in ("launch", "resume", "cancel"):  # bounded work under the lock; a stuck holder is stopped
             os.makedirs(root, exist_ok=True)
-            lock = open(os.path.join(root, ".lock"), "a")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            held = lease.acquire(os.path.join(root, ".lock"), cmd + " jobs", stall_s=LOCK_WAIT_S, max_wait_s=LOCK_WAIT_S)
         if cmd == "hello":
             result: Any = agent.hello(args[0] if args and args[0] != "-" else None, "--gpus" in args)
         elif cmd == "receive":
-            result = workspace.receive(root, args[0], sys.stdin.buffer)
+            result = workspace.receive(root, args[0], sys.stdin.buffer, float(args[1]) if len(args) > 1 else lease.STALL_S)
         elif cmd == "launch":
-            result = agent.launch(json.loads(sys.stdin.read()))
+            result = agent.launch(json.loads(request))
         elif cmd == "status":
             result = agent.status(args)
         elif cmd == "cancel":
@@ -300,7 +319,7 @@ def main(root: str, payload_dir: str, argv: List[str]) -> int:
             result = preflight.collect(root, args)
         else:
             raise AgentError("unknown agent command %r" % cmd)
-    except (AgentError, workspace.SyncError, streams.StreamError) as exc:
+    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy) as exc:
         return fail(str(exc))
     except (OSError, ValueError, KeyError) as exc:
         return fail("%s: %s" % (type(exc).__name__, exc))

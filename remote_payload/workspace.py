@@ -8,13 +8,13 @@ in a sync that was cut off is not mistaken for an edit made on the server.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import tarfile
-from typing import IO, Any, Collection, Dict, List, Optional
+from typing import IO, Any, Callable, Collection, Dict, List, Optional
 
+from remote_payload import lease
 from remote_payload.common import atomic_write_json, read_json, sha256_file
 
 
@@ -65,10 +65,14 @@ def sync_state(root: str, project: str) -> Dict[str, Any]:
             ours = digest is not None and digest in (entry.get("sha256"), (pending.get(rel) or {}).get("sha256"))
         if not ours:
             edited.append(rel)
-    return {"files": files, "edited": sorted(edited), "missing": sorted(missing)}
+    out = {"files": files, "edited": sorted(edited), "missing": sorted(missing)}
+    busy = lease.holder(p["record"] + ".lock") if os.path.isdir(os.path.dirname(p["record"])) else None
+    if busy is not None:
+        out["lock"] = busy
+    return out
 
 
-def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
+def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
     changed files. Each file lands as ``.orch-tmp-<pid>-<name>`` and is renamed into place (a
     broken stream leaves no temporary behind); then deletions of recorded files; then the
@@ -76,8 +80,12 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
-    lock = open(p["record"] + ".lock", "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one receive per project at a time; released at exit
+    try:  # one receive per project at a time; a stalled earlier one is stopped (lease.py)
+        held = lease.acquire(p["record"] + ".lock", "receive " + project, stall_s)
+    except lease.LeaseBusy as exc:
+        raise SyncError("another sync of this workspace is running: %s" % exc)
+    if held.took_over is not None or os.path.exists(p["pending"]):
+        remove_stale_temporaries(p["ws"])  # an earlier receive was cut off or stopped
     old = record(root, project)
     control: Optional[Dict[str, Any]] = None
     received: Dict[str, str] = {}
@@ -101,7 +109,7 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
                 if member.issym():
                     os.symlink(member.linkname, tmp)
                 elif member.isfile():
-                    received[member.name] = _copy_hashing(tar.extractfile(member), tmp)
+                    received[member.name] = _copy_hashing(tar.extractfile(member), tmp, held.progress)
                     os.chmod(tmp, member.mode & 0o7777)
                     nbytes += member.size
                 else:
@@ -144,16 +152,29 @@ def receive(root: str, project: str, stream: IO[bytes]) -> Dict[str, Any]:
     return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
 
 
-def _copy_hashing(src: IO[bytes], dest: str) -> str:
+def _copy_hashing(src: IO[bytes], dest: str, progress: Callable[[], None]) -> str:
     h = hashlib.sha256()
     with open(dest, "wb") as f:
         while True:
-            block = src.read(1 << 20)
+            block = src.read(1 << 16)
             if not block:
                 break
             h.update(block)
             f.write(block)
+            progress()
     return h.hexdigest()
+
+
+def remove_stale_temporaries(ws: str) -> None:
+    """Remove ``.orch-tmp-*`` files that a cut-off or stopped receive left (the caller holds
+    the project's lease, so no live receive owns any)."""
+    for dirpath, _, filenames in os.walk(ws):
+        for name in filenames:
+            if name.startswith(".orch-tmp-"):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except OSError:
+                    pass
 
 
 def clear_way(ws: str, rel: str, old: Dict[str, Any]) -> None:

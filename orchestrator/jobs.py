@@ -54,6 +54,8 @@ def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
         state = next((s for s in ("failed", "lost", "cancelled", *ACTIVE_ORDER, "unknown") if s in states), "unknown")
     first = per_node[0]
     out = dict(first, state=state)
+    if any(s.get("unsupervised") for s in per_node):
+        out["unsupervised"] = True
     culprit = next((s for s in per_node if s.get("state") == state and s.get("reason")), None)
     if len(per_node) > 1:
         out["nodes"] = per_node
@@ -144,8 +146,9 @@ def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: f
 def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
     """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous)."""
     status = probe(record, inventory, registry)
-    if status["state"] not in ("failed", "lost", "cancelled"):
-        raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed")
+    if status["state"] not in ("failed", "lost", "cancelled") and not status.get("unsupervised"):
+        raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed "
+                         "(or one whose supervisor died while its processes run: they are stopped first)")
     hosts = nodes_of(record, inventory)
     parallel(lambda h: call_node(h, inventory, "resume", record.job_id, *(["--whole-job"] if len(hosts) > 1 else [])), hosts)
     registry.update(record.job_id, "pending", {})

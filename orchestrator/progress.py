@@ -127,7 +127,8 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     total_value = _num(metrics.get("total_steps"))
     total = int(total_value) if total_value else total
     eta = None
-    state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "")
+    state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "") \
+        + (" (unsupervised)" if status.get("unsupervised") else "")
     when = _num(metrics.get("time")) or now
     if status.get("state") == "running" and step and total and when > started:
         eta = (total - step) * (when - started) / step - (now - when)

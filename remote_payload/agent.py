@@ -113,7 +113,14 @@ class Agent:
             if st.get("boot_id") != boot_id():
                 st.update(state="lost", reason="the server restarted since the job started")
             elif not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
-                st.update(state="lost", reason="the supervisor is not running (killed?)")
+                survivors = survivors_of(st)
+                if survivors:  # never "lost" while the job's processes run: one live attempt at a time
+                    st.update(state="running", unsupervised=True, survivors=len(survivors),
+                              reason="the supervisor is gone (killed?) but %d of the job's processes still run: "
+                                     "orch cancel stops them; orch resume stops them, then restarts from the "
+                                     "last checkpoint" % len(survivors))
+                else:
+                    st.update(state="lost", reason="the supervisor is not running (killed?)")
         metrics = last_metrics(os.path.join(d, "metrics.jsonl"))
         if metrics is not None:
             st["metrics"] = metrics
@@ -127,8 +134,11 @@ class Agent:
         if st["state"] in TERMINAL or st["state"] == "unknown":
             return st
         d = self.job_dir(job_id)
-        if st["state"] != "lost":
-            os.kill(int(st["supervisor_pid"]), signal.SIGTERM)
+        if st["state"] != "lost" and not st.get("unsupervised"):
+            try:
+                os.kill(int(st["supervisor_pid"]), signal.SIGTERM)
+            except (ProcessLookupError, TypeError, ValueError):
+                pass  # it just ended, or never recorded its pid: the wait below sees what state it left
             deadline = time.time() + grace + 15
             while time.time() < deadline:
                 st = self.probe(job_id)
@@ -152,6 +162,13 @@ class Agent:
         """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
         multi-node job, so a node that had succeeded restarts too."""
         st = self.probe(job_id)
+        if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
+            d = self.job_dir(job_id)
+            grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or 30)
+            proctree.stop(survivors_of(st), grace)
+            if survivors_of(st):
+                raise AgentError("job %s: processes of the earlier attempt do not stop; not resumed" % job_id)
+            st = self.probe(job_id)
         if st["state"] not in ("failed", "lost", "cancelled") + (("succeeded",) if whole_job else ()):
             raise AgentError("job %s is %s; only a failed, lost or cancelled job can be resumed" % (job_id, st["state"]))
         d = self.job_dir(job_id)
@@ -174,6 +191,17 @@ class Agent:
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
         current["state"] = st["state"]
         return current
+
+
+def survivors_of(st: Dict[str, Any]) -> List["proctree.Proc"]:
+    """The processes of the job's tree as the supervisor last recorded it that still run."""
+    recorded = []
+    for item in st.get("procs") or []:
+        try:
+            recorded.append((int(item[0]), int(item[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return proctree.alive(recorded)
 
 
 def count_gpus() -> int:

@@ -37,7 +37,11 @@ def wait_for(predicate, timeout: float = 120) -> None:
 
 
 def kill_job(status: dict) -> None:
-    for pid, kill in ((status["supervisor_pid"], os.kill), (status["pgid"], os.killpg)):
+    """SIGKILL the supervisor and every process of the job's recorded tree (torchrun's
+    workers run in sessions of their own)."""
+    targets = [(status["supervisor_pid"], os.kill), (status["pgid"], os.killpg)]
+    targets += [(pid, os.kill) for pid, _ in status.get("procs") or []]
+    for pid, kill in targets:
         try:
             kill(pid, signal.SIGKILL)
         except ProcessLookupError:

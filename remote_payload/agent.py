@@ -100,13 +100,15 @@ class Agent:
         d = self.job_dir(job_id)
         if not os.path.isdir(d):
             return {"job_id": job_id, "state": "unknown", "reason": "no such job on this host"}
-        st = read_json(os.path.join(d, "status.json"))
+        st = read_status(os.path.join(d, "status.json"))
         if not isinstance(st, dict) or "state" not in st:
             age = time.time() - os.stat(d).st_mtime
             if age < PENDING_GRACE_S:
                 return {"job_id": job_id, "state": "pending"}
             return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
         st["job_id"] = job_id
+        if st["state"] == "unknown":  # broken status.json: say so, decide nothing from it
+            return st
         if st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
             pass  # resumed: the new supervisor is starting
         elif st["state"] not in TERMINAL:
@@ -127,7 +129,16 @@ class Agent:
         return st
 
     def status(self, job_ids: List[str]) -> Dict[str, Any]:
-        return {"jobs": {j: self.probe(j) for j in job_ids}}
+        """Each job probed on its own: one job's broken files make that job ``unknown``
+        (with the reason), never the host's whole answer fail."""
+        out: Dict[str, Any] = {}
+        for job_id in job_ids:
+            try:
+                out[job_id] = self.probe(job_id)
+            except Exception as exc:  # noqa: BLE001 - a job's own files are untrusted input
+                out[job_id] = {"job_id": job_id, "state": "unknown",
+                               "reason": ("its files on the server are unreadable: %s: %s" % (type(exc).__name__, exc))[:300]}
+        return {"jobs": out}
 
     def cancel(self, job_id: str, grace: float) -> Dict[str, Any]:
         st = self.probe(job_id)
@@ -191,6 +202,42 @@ class Agent:
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
         current["state"] = st["state"]
         return current
+
+
+MAX_STATUS_BYTES = 1 << 20
+STATES = ("pending", "setting_up", "running") + TERMINAL
+
+
+def read_status(path: str) -> Optional[Dict[str, Any]]:
+    """status.json as a bounded, typed dict: a file over ``MAX_STATUS_BYTES``, not JSON, or
+    with an unknown state reads as broken (``state: unknown`` with the reason); long strings
+    and lists are cut, so no reply carries a job's junk. None when there is no file."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size > MAX_STATUS_BYTES:
+        return {"state": "unknown", "reason": "status.json is %d bytes: not written by orch" % size}
+    st = read_json(path)
+    if st is None:  # it exists (written atomically, never seen half-done) but is not JSON
+        return {"state": "unknown", "reason": "status.json is not valid JSON"}
+    if not isinstance(st, dict):
+        return {"state": "unknown", "reason": "status.json is not an object"}
+    out: Dict[str, Any] = {}
+    for key, value in list(st.items())[:64]:
+        if isinstance(value, str):
+            value = value[:2000]
+        elif isinstance(value, list):
+            value = value[:4096]
+        elif isinstance(value, dict):
+            continue
+        out[str(key)[:64]] = value
+    if out.get("state") not in STATES:
+        return {"state": "unknown", "reason": "status.json names no known state"}
+    for key in ("heartbeat", "started", "ended"):
+        if out.get(key) is not None and not isinstance(out[key], (int, float)):
+            out[key] = None
+    return out
 
 
 def survivors_of(st: Dict[str, Any]) -> List["proctree.Proc"]:

@@ -21,11 +21,25 @@ from orchestrator.hosts import Host, Inventory
 from orchestrator.jobs import nodes_of, parallel, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
-from orchestrator.termtext import CleanDecoder
+from orchestrator.termtext import CleanDecoder, clean
 from orchestrator.transport.base import Process, Result
 
 MAX_BACKOFF_S = 30.0
+MAX_REASON = 500  # characters of a server's reason printed at the end of a followed log
 HEARTBEAT_S = float(os.environ.get("ORCH_LOG_HEARTBEAT_S", "5"))
+
+
+def one_line(text: Any, limit: int = MAX_REASON) -> str:
+    """Server text as one line of printable text: control characters dropped (``clean``),
+    newlines, tabs and runs of spaces collapsed to one space, at most ``limit`` characters."""
+    line = " ".join(clean(str(text)).split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def final_line(job_id: str, status: dict[str, Any]) -> str:
+    """``JOB STATE[: reason]`` — what ``orch logs -f`` / ``submit --follow`` print last."""
+    reason = one_line(status.get("reason") or "")
+    return f"{job_id} {one_line(status.get('state'), 40)}" + (f": {reason}" if reason else "")
 
 
 class _Frames:

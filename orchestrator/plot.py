@@ -1,9 +1,12 @@
 """Training curves from ``metrics.jsonl``: loss (train and eval), lr and tokens/s by step.
 
+The file is the built-in trainer's, a user script's own (docs/own-script.md) or the rows the
+supervisor read from a Hugging Face Trainer log; ``learning_rate`` is read as ``lr``.
 ``read_metrics`` takes the fetched copy (``runs/<job>/metrics.jsonl``) when there is one,
-else reads the job's file on its host with one ``cat`` (an argv list, like every remote
-command). Lines from the server are untrusted: anything that is not a JSON object with a
-numeric ``step`` is skipped. matplotlib is an optional extra (``pip install 'orch[plot]'``)
+else reads the job's file with one ``cat`` (an argv list, like every remote command) on the
+first of the job's hosts that has one (rank 0, which writes it, may run on any node). Lines
+from the server are untrusted: anything that is not a JSON object with a numeric ``step`` is
+skipped. matplotlib is an optional extra (``pip install 'orch[plot]'``)
 and is imported only when drawing.
 """
 
@@ -21,6 +24,7 @@ from orchestrator.registry import JobRecord
 
 MAX_BYTES = 256 << 20
 SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}
+ALIASES = {"learning_rate": "lr"}
 
 
 def parse_metrics(text: str) -> list[dict[str, float]]:
@@ -34,6 +38,7 @@ def parse_metrics(text: str) -> list[dict[str, float]]:
         if not isinstance(value, dict) or not _finite(value.get("step")):
             continue
         row = {"step": float(value["step"])}
+        row.update({ALIASES[k]: float(v) for k, v in value.items() if k in ALIASES and _finite(v)})
         row.update({k: float(value[k]) for k in SERIES if _finite(value.get(k))})
         rows.append(row)
     return rows
@@ -48,14 +53,16 @@ def read_metrics(record: JobRecord, inventory: Inventory, runs: Path) -> tuple[l
     local = runs / record.job_id / "metrics.jsonl"
     if local.is_file():
         return parse_metrics(local.read_text(encoding="utf-8", errors="replace")), str(local)
-    host = inventory.get(record.hosts[0])
     path = record.job_dir.rstrip("/") + "/metrics.jsonl"
-    with open_transport(host, inventory, never) as transport:
-        result = transport.run(["cat", "--", path], timeout=120)
-    if not result.ok:
-        raise UsageError(f"{record.job_id} has no metrics.jsonl yet (on {host.name}: {path}); "
-                         "the built-in trainer writes it every log_every steps")
-    return parse_metrics(result.stdout[:MAX_BYTES].decode("utf-8", "replace")), f"{host.name}:{path}"
+    for name in record.hosts:
+        host = inventory.get(name)
+        with open_transport(host, inventory, never) as transport:
+            result = transport.run(["cat", "--", path], timeout=120)
+        if result.ok:
+            return parse_metrics(result.stdout[:MAX_BYTES].decode("utf-8", "replace")), f"{host.name}:{path}"
+    raise UsageError(f"{record.job_id} has no metrics.jsonl yet ({path} on {', '.join(record.hosts)}): the built-in "
+                     "trainer writes it every log_every steps; your own script: report() or a Hugging Face "
+                     "Trainer log (docs/own-script.md)")
 
 
 def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload import onfinish, proctree, repro  # noqa: E402
+from remote_payload import failure, metricswatch, onfinish, proctree, repro  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
@@ -91,6 +91,7 @@ class Supervisor:
         env["PYTHONUNBUFFERED"] = "1"
         env["ORCH_JOB_ID"] = self.job["job_id"]
         env["ORCH_JOB_DIR"] = self.job_dir
+        env["ORCH_METRICS"] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md
         payload = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
         return env
@@ -121,11 +122,20 @@ class Supervisor:
             self.say("setup unchanged since its last success on this host: skipped")
             return 0
         self.say("running setup")
-        code = self.run_step(["bash", "-lc", script], env)
+        code = self.run_step(["bash", "-l", self.setup_file(script)], env)
         if code == 0:
             os.makedirs(os.path.dirname(marker), exist_ok=True)
             open(marker, "w").close()
         return code
+
+    def setup_file(self, script: str) -> str:
+        """Write the setup script to ``<job_dir>/setup.sh`` and return its path: run from a
+        file, a script of any size works (as ``bash -lc SCRIPT`` one over 128 KiB is refused by
+        the kernel: "Argument list too long")."""
+        path = os.path.join(self.job_dir, "setup.sh")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(script if script.endswith("\n") else script + "\n")
+        return path
 
     def missing_modules(self, env: Dict[str, str]) -> List[str]:
         """For the built-in trainer: the packages it imports that this python lacks."""
@@ -166,14 +176,16 @@ class Supervisor:
         if not self.cancelled.is_set():
             self.update(state="running")
             self.say("starting: %s" % shlex.join(self.node["argv"]))
+            watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
             code = self.run_step(list(self.node["argv"]), env)
+            watcher.stop()
         repro.record_environment(self.job_dir, sys.executable)  # after setup: what the job ran with
         if self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
         elif code == 0:
             self.finish("succeeded", 0, None)
         else:
-            self.finish("failed", code, "job exited with code %d" % code)
+            self.finish("failed", code, failure.reason(self.job_dir, self.node_rank, self.job["job_id"], code))
         onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
         return 0
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.logs import stream_logs
+from orchestrator.logs import final_line, one_line, stream_logs
 from orchestrator.progress import FollowBar
 from orchestrator.registry import JobRecord
 
@@ -27,8 +27,7 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     except KeyboardInterrupt:
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None
-    reason = f": {status['reason']}" if status.get("reason") else ""
-    app.say(f"{record.job_id} {status['state']}{reason}")
+    app.say(final_line(record.job_id, status))  # one cleaned line: "JOB failed: rank 0 on node 0: ..."
     return status
 
 
@@ -37,7 +36,8 @@ def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, 
     exit 1 when a followed job did not succeed."""
     if follow:
         status = follow_to_end(app, app.registry.get(job_id), as_json=as_json)
-        result.update(state=status["state"], exit_code=status.get("exit_code"), reason=status.get("reason"))
+        reason = one_line(status["reason"]) if status.get("reason") else status.get("reason")
+        result.update(state=status["state"], exit_code=status.get("exit_code"), reason=reason)
     if as_json:
         app.json(result)
     else:

@@ -1,0 +1,194 @@
+"""Why a job failed, in one line, from the tail of its node log (standard library only).
+
+The supervisor calls ``reason(job_dir, node_rank, job_id, exit_code)`` when the job's
+torchrun exited non-zero. It reads at most ``TAIL_BYTES`` of ``logs/node<N>.log`` (only what
+this attempt wrote: the text after the last ``[orch] starting:`` line) and returns e.g.::
+
+    rank 0 on node 0: ValueError: boom (exit code 1); full log: orch logs JOB
+    rank 1 on node 0: killed by signal 9 (SIGKILL, out of memory?); full log: orch logs JOB
+    torchrun: FileNotFoundError: [Errno 2] No such file or directory: 'foo' (exit code 1); full log: ...
+    rank 0 on node 0 exited with code 3; full log: orch logs JOB
+
+Where the facts come from, in order:
+
+- torchrun's error summary ("Root Cause (first observed failure)"): the failing rank, its
+  exit code (negative: a signal) and ``error_file`` (written by ``@record``; its ``message``
+  is used when the file is readable);
+- the worker's own output before torchrun's report: the exception line of the last Python
+  traceback (``[rankN]: `` prefixes from torch's excepthook tell ranks apart), else the last
+  line that reads like an error (``bash: foo: command not found``, ``can't open file``);
+- no summary at all: torchrun itself failed (bad command, rendezvous): its own traceback's
+  exception line.
+
+Contract: never raises; the result is one line of printable text, at most ``MAX_REASON``
+characters; everything read from the log or an error file is untrusted and bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from typing import Dict, List, Optional, Tuple
+
+TAIL_BYTES = 64 * 1024
+ERROR_FILE_BYTES = 64 * 1024
+MAX_MESSAGE = 300
+MAX_REASON = 480
+START_MARK = "[orch] starting:"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?(.*)$")
+_TORCHRUN_NOTICED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
+_SUMMARY_FIELD = re.compile(r"^\s*(rank|exitcode|error_file)\s*:\s*(.*?)\s*$")
+_ERRORISH = re.compile(r"(\b[A-Za-z_.]*(Error|Exception)\b|\berror:|\bERROR\b|command not found|No such file or directory|"
+                       r"can't open file|cannot |Permission denied|\bfatal\b|FATAL|Segmentation fault|core dumped|"
+                       r"\bKilled\b|\bAborted\b)")
+_ERRORISH_WINDOW = 40  # only this many last lines of the worker's output are searched for one
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` without escape sequences or control characters, whitespace collapsed, cut."""
+    text = " ".join(_CONTROL.sub(" ", _ANSI.sub("", text)).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def read_tail(path: str, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``path`` as text (after the last START_MARK); '' if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+            data = f.read(limit)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    start = text.rfind(START_MARK)
+    if start >= 0:
+        text = text[text.find("\n", start) + 1:] if "\n" in text[start:] else ""
+    return text
+
+
+def _lines(text: str) -> List[str]:
+    """Log text as lines; a carriage return (progress bars) also ends a line."""
+    return [_ANSI.sub("", line) for line in re.split(r"\r\n|\r|\n", text)]
+
+
+def root_cause(lines: List[str]) -> Optional[Dict[str, str]]:
+    """torchrun's first observed failure: {"rank", "exitcode", "error_file"} (values as text)."""
+    for i, line in enumerate(lines):
+        if line.strip().startswith("Root Cause (first observed failure)"):
+            found: Dict[str, str] = {}
+            for field in lines[i + 1:i + 12]:
+                m = _SUMMARY_FIELD.match(field)
+                if m and m.group(1) not in found:
+                    found[m.group(1)] = m.group(2)
+                if field.startswith("====="):
+                    break
+            return found
+    return None
+
+
+def _exception_lines(lines: List[str]) -> List[Tuple[Optional[int], str]]:
+    """(rank or None, exception line) of every complete Python traceback, in log order."""
+    in_traceback: Dict[Optional[int], bool] = {}
+    found: List[Tuple[Optional[int], str]] = []
+    for raw in lines:
+        m = _RANK_PREFIX.match(raw)
+        rank, text = (int(m.group(1)), m.group(2)) if m else (None, raw)
+        if text.startswith("Traceback (most recent call last):"):
+            in_traceback[rank] = True
+        elif in_traceback.get(rank) and text.strip() and not text[:1].isspace():
+            in_traceback[rank] = False
+            if "ChildFailedError" not in text:  # torchrun's report about the worker, not the cause
+                found.append((rank, text))
+    return found
+
+
+def _errorish_line(lines: List[str]) -> Optional[str]:
+    for raw in reversed([line for line in lines if line.strip() and not line.startswith("[orch]")][-_ERRORISH_WINDOW:]):
+        m = _RANK_PREFIX.match(raw)
+        text = m.group(2) if m else raw
+        if _ERRORISH.search(text) and not text.lstrip().startswith(("warnings.warn", "File ")):
+            return text
+    return None
+
+
+def _error_file_message(path: str) -> Optional[str]:
+    """``message`` of a torchelastic error file (``@record``), if it is a small regular file."""
+    if not path or path.startswith("<") or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(ERROR_FILE_BYTES).decode("utf-8", "replace"))
+        message = data["message"]
+        message = message.get("message") if isinstance(message, dict) else message
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return message.strip().splitlines()[-1] if isinstance(message, str) and message.strip() else None
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL, out of memory?`` — a SIGKILL nobody asked for is most often the OOM killer."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "unknown signal"
+    return name + (", out of memory?" if signum == signal.SIGKILL else "")
+
+
+def signal_text(signum: int) -> str:
+    """``killed by signal 9 (SIGKILL, out of memory?)``."""
+    return "killed by signal %d (%s)" % (signum, signal_name(signum))
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    m = re.match(r"\s*(-?\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def explain(text: str, node_rank: int, exit_code: int) -> str:
+    """The failure sentence (without the log hint) from this attempt's log text."""
+    lines = _lines(text)
+    cut = next((i for i, line in enumerate(lines) if _TORCHRUN_NOTICED.search(line)), None)
+    summary = root_cause(lines)
+    if summary is None and cut is None:  # torchrun never reported a worker: it failed itself
+        if exit_code < 0:
+            return "torchrun " + signal_text(-exit_code)
+        exceptions = _exception_lines(lines)
+        if exceptions:
+            return "torchrun: %s (exit code %d)" % (one_line(exceptions[-1][1]), exit_code)
+        errorish = _errorish_line(lines)
+        if errorish:
+            return "%s (exit code %d)" % (one_line(errorish), exit_code)
+        return "job exited with code %d" % exit_code
+    summary = summary or {}
+    rank = _int(summary.get("rank"))
+    code = _int(summary.get("exitcode"))
+    code = exit_code if code is None else code
+    who = "rank %s on node %d" % (rank if rank is not None else "?", node_rank)
+    if code < 0:
+        return "%s: %s" % (who, signal_text(-code))
+    worker = lines[:cut] if cut is not None else lines
+    message = _error_file_message(summary.get("error_file", ""))
+    if message is None:
+        exceptions = _exception_lines(worker)
+        mine = [e for r, e in exceptions if r == rank] if rank is not None else []
+        message = (mine or [e for _, e in exceptions] or [None])[-1]
+    if message is None:
+        message = _errorish_line(worker)
+    if message is None:
+        hint = " (128+%d: %s)" % (code - 128, signal_name(code - 128)) if 128 < code < 160 else ""
+        return "%s exited with code %d%s" % (who, code, hint)
+    return "%s: %s (exit code %d)" % (who, one_line(message), code)
+
+
+def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int) -> str:
+    """One line for ``status.json``'s ``reason``: the failure and where the full log is."""
+    try:
+        text = read_tail(os.path.join(job_dir, "logs", "node%d.log" % node_rank))
+        sentence = explain(text, node_rank, exit_code).replace(os.path.join(job_dir, "code") + os.sep, "")
+    except Exception:  # noqa: BLE001 - a failure report must never fail the supervisor
+        sentence = "job exited with code %d" % exit_code
+    return one_line("%s; full log: orch logs %s" % (sentence, job_id), MAX_REASON)

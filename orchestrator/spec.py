@@ -10,22 +10,50 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
+from orchestrator.specerrors import data_path, plain_message, yaml_problem
 from remote_payload.config import TrainConfig
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+PATTERN_WORDS = {NAME_RE: "lowercase letters, digits and '-', 1–40 characters, starting and ending with a letter or digit"}
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_SPEC_BYTES = 1_000_000
 MAX_NODES = 50_000
 MAX_DEPTH = 64
+# Linux refuses one argv/env string over 128 KiB (MAX_ARG_STRLEN) and all of them over ~2 MiB
+# together, and it says so only on the server, as "Argument list too long": stay well below.
+MAX_ENV_VALUE = 100 << 10
+MAX_ENV_TOTAL = 1 << 20
+MAX_ARG = 100 << 10
+MAX_COMMAND = 256 << 10
+MAX_SETUP = 1 << 20  # setup runs from a file on the server; this is only a sanity bound
+
+
+def size_text(n: int) -> str:
+    """``300 KiB``, ``1.5 MiB``: a byte count for a message."""
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(1, round(n / 1024))} KiB"
+
+
+def _env_value(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("contains a NUL byte")
+    size = len(value.encode("utf-8"))
+    if size > MAX_ENV_VALUE:
+        raise ValueError(f"{size_text(size)} is too large for an environment variable: the server cannot pass one "
+                         f"over 128 KiB (orch allows {size_text(MAX_ENV_VALUE)}) — put it in a file in the workspace "
+                         "and pass its path")
+    return value
+
+
+EnvValue = Annotated[str, AfterValidator(_env_value)]
 
 
 class Frozen(BaseModel):
@@ -93,6 +121,14 @@ class Launch(Frozen):
     def _non_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and (not value or not value[0]):
             raise ValueError("command must name a program")
+        sizes = [len(arg.encode("utf-8")) for arg in value or []]
+        big = next((i for i, n in enumerate(sizes) if n > MAX_ARG), None)
+        if big is not None:
+            raise ValueError(f"argument {big + 1} is {size_text(sizes[big])}; the server cannot pass one over 128 KiB "
+                             f"(orch allows {size_text(MAX_ARG)}) — put it in a file in the workspace and pass its path")
+        if sum(sizes) > MAX_COMMAND:
+            raise ValueError(f"the command is {size_text(sum(sizes))} in all; orch allows {size_text(MAX_COMMAND)} "
+                             "— put long arguments in a file in the workspace")
         return value
 
 
@@ -113,7 +149,8 @@ class JobSpec(Frozen):
     hosts: list[HostRef] = Field(min_length=1, description="Inventory names, `local`, or inline host objects.")
     workspace: Workspace = Field(default_factory=Workspace)
     setup: str | None = Field(None, description="Shell run on every node before launch; skipped when unchanged.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment for setup and the job.")
+    env: dict[str, EnvValue] = Field(default_factory=dict, description="Environment for setup and the job; "
+                                     "one value at most 100 KiB, all of them together at most 1 MiB.")
     presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror"]] = Field(default_factory=list)
     launch: Launch = Field(default_factory=Launch)
     train: TrainConfig | None = Field(None, description="The built-in trainer; exclusive with launch.command.")
@@ -126,11 +163,23 @@ class JobSpec(Frozen):
     @field_validator("env")
     @classmethod
     def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, val in value.items():
+        for key in value:
             if not ENV_KEY_RE.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
-            if "\x00" in val:
-                raise ValueError(f"value of {key} contains a NUL byte")
+        total = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) + 2 for k, v in value.items())
+        if total > MAX_ENV_TOTAL:
+            raise ValueError(f"the variables are {size_text(total)} together; the server cannot pass much more than "
+                             f"2 MiB of arguments and environment (orch allows {size_text(MAX_ENV_TOTAL)}) — put large "
+                             "values in files in the workspace and pass their paths")
+        return value
+
+    @field_validator("setup")
+    @classmethod
+    def _setup_size(cls, value: str | None) -> str | None:
+        size = len(value.encode("utf-8")) if value else 0
+        if size > MAX_SETUP:
+            raise ValueError(f"{size_text(size)} is more than orch allows ({size_text(MAX_SETUP)}) — put the script "
+                             "in the workspace and run it from setup (bash setup.sh)")
         return value
 
     @field_validator("outputs")
@@ -151,20 +200,32 @@ class JobSpec(Frozen):
         return self
 
 
+Marks = dict[tuple[Any, ...], tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A validated spec with where it came from."""
+    """A validated spec with where it came from: ``marks`` holds the (line, column) of every
+    key path written in the file, ``where`` the file name as the user gave it."""
 
     spec: JobSpec
     path: Path
     text: str
+    marks: Marks = field(default_factory=dict, compare=False, repr=False)
+    where: str = ""
 
     @property
     def workspace_dir(self) -> Path:
         return (self.path.parent / Path(self.spec.workspace.path).expanduser()).resolve()
 
+    def locate(self, key_path: tuple[Any, ...]) -> str:
+        """``file:line:col`` of ``key_path``, or of its closest written parent (1:1 if none)."""
+        line, col = _mark_of(self.marks, key_path)
+        return f"{self.where or self.path}:{line}:{col}"
 
-Marks = dict[tuple[Any, ...], tuple[int, int]]
+
+def _mark_of(marks: Marks, path: tuple[Any, ...]) -> tuple[int, int]:
+    return next((marks[path[:n]] for n in range(len(path), -1, -1) if path[:n] in marks), (1, 1))
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
@@ -192,7 +253,7 @@ def parse_spec(text: str, path: Path) -> LoadedSpec:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_errors(exc, data, marks, str(path))) from None
-    return LoadedSpec(spec=spec, path=path.resolve(), text=text)
+    return LoadedSpec(spec=spec, path=path.resolve(), text=text, marks=marks, where=str(path))
 
 
 def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
@@ -203,10 +264,7 @@ def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{where}{pos}: invalid YAML: {problem}") from None
+        raise SpecError(f"{where}{yaml_problem(exc, text)}") from None
     except (RecursionError, ValueError) as exc:
         raise SpecError(f"{where}: invalid YAML: {exc}") from None
     if root is None:
@@ -242,25 +300,15 @@ def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
     return build(root, (), 0), marks
 
 
-def _data_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
-    """Drop pydantic's union-member names from ``loc`` so it follows the document."""
-    out: list[Any] = []
-    node = data
-    for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            out.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-            out.append(part)
-        elif i == len(loc) - 1:
-            out.append(part)
-    return tuple(out)
+@lru_cache(maxsize=1)
+def job_schema() -> dict[str, Any]:
+    """``JobSpec``'s JSON Schema (computed once)."""
+    return JobSpec.model_json_schema()
 
 
 @lru_cache(maxsize=1)
 def known_field_names() -> frozenset[str]:
-    schema = JobSpec.model_json_schema()
+    schema = job_schema()
     names: set[str] = set(schema.get("properties", {}))
     for definition in schema.get("$defs", {}).values():
         names.update(definition.get("properties", {}))
@@ -268,19 +316,23 @@ def known_field_names() -> frozenset[str]:
 
 
 def format_errors(exc: ValidationError, data: Any, marks: Marks, where: str) -> str:
-    """One line per error: ``file:line:col: field.path: message (did you mean 'x'?)``."""
+    """One line per wrong field: ``file:line:col: field.path: message (did you mean 'x'?)``.
+
+    Messages say what is allowed in plain words (``specerrors.plain_message``), never the
+    validator's internals; the errors pydantic reports for each member of a union collapse
+    into one line for the field.
+    """
     lines = []
     for err in exc.errors(include_url=False):
-        path = _data_path(tuple(err["loc"]), data)
         kind = err["type"]
+        path = data_path(tuple(err["loc"]), data, kind)
         key_mark = marks.get(path + ("<key>",)) if kind == "extra_forbidden" else None
-        mark = key_mark or next((marks[path[:n]] for n in range(len(path), -1, -1) if path[:n] in marks), (1, 1))
-        field = ".".join(str(p) for p in path) or "(top level)"
-        message = err["msg"]
+        mark = key_mark or _mark_of(marks, path)
+        field_name = ".".join(str(p) for p in path) or "(top level)"
         if kind == "extra_forbidden" and path and isinstance(path[-1], str):
             close = difflib.get_close_matches(path[-1], sorted(known_field_names()), n=1, cutoff=0.6)
             message = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
-        elif kind == "missing":
-            message = "field required"
-        lines.append(f"{where}:{mark[0]}:{mark[1]}: {field}: {message}")
+        else:
+            message = plain_message(err, job_schema(), path, PATTERN_WORDS)
+        lines.append(f"{where}:{mark[0]}:{mark[1]}: {field_name}: {message}")
     return "\n".join(dict.fromkeys(lines))

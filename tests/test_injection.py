@@ -44,5 +44,5 @@ def test_a_job_name_with_shell_text_is_refused(orch: Orch, tmp_path: Path) -> No
     spec.write_text(json.dumps({"name": f"x$(touch {tmp_path / 'c'})", "hosts": ["local"],
                                 "launch": {"command": ["true"]}}))
     out = orch("check", str(spec), check=2)
-    assert "name: String should match pattern" in out.stderr
+    assert "name: must be lowercase letters" in out.stderr
     assert not (tmp_path / "c").exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.checks import laptop_checks
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import RemoteError
 from orchestrator.hosts import Host
@@ -30,7 +31,9 @@ def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:
 @click.option("--remote", is_flag=True, help="Also preflight each host (GPUs, torch, disk, ...) for this job.")
 @pass_app
 def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
-    """Validate a job file; exit 2 with file:line:column and the field when it is invalid.
+    """Validate a job file; exit 2 with file:line:column and the field when it is invalid,
+    when the workspace folder is missing, or when launch.command runs a workspace file that
+    will not be synced (missing, or excluded: the message names the ignore rule).
     With --remote, also check each host can run it (exit 4 on a blocker).
 
     \b
@@ -41,6 +44,7 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     loaded = load_spec(spec_file)
     hosts = [h if isinstance(h, str) else h.name for h in loaded.spec.hosts]
     resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
+    laptop_checks(loaded)
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
     if remote:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.checks import laptop_checks
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.logs import report_new_job
 from orchestrator.errors import UsageError
@@ -34,6 +35,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
       orch submit job.yaml --pull-remote-edits   # after editing on the server in VSCode
     """
     loaded = load_spec(spec_file)
+    laptop_checks(loaded)  # the same checks as `orch check`, before connecting
     if force and pull_remote_edits:
         raise UsageError("--force overwrites the server's edits, --pull-remote-edits keeps them: choose one")
     done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,

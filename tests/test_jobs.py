@@ -97,15 +97,20 @@ def test_cancel_stops_the_process_group(orch: Orch, host: str) -> None:
     assert proctree.alive(workers) == []
 
 
-def test_killed_supervisor_is_lost(orch: Orch, host: str) -> None:
+def test_killed_supervisor_is_unsupervised_while_its_processes_run_then_lost(orch: Orch, host: str) -> None:
     spec = slow_job(orch, host, n=1000, delay=0.1)
     job = orch.json("submit", str(spec))["job_id"]
     status = orch.wait_state(job, ("running",))
     os.kill(status["supervisor_pid"], signal.SIGKILL)
     time.sleep(0.3)
+    orphaned = orch.json("status", job)
+    assert orphaned["state"] == "running" and orphaned["unsupervised"] and "supervisor" in orphaned["reason"]
+    for pid, _ in proctree.alive([tuple(p) for p in status["procs"]]):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
     lost = orch.json("status", job)
     assert lost["state"] == "lost" and "supervisor" in lost["reason"]
-    orch("cancel", job, "--grace", "2")  # cleans up the orphaned job, workers included
+    orch("cancel", job, "--grace", "2")
     assert_group_gone(status["pgid"])
     assert proctree.alive([tuple(p) for p in status["procs"]]) == []
 

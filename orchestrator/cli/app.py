@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from orchestrator.hosts import Inventory
 from orchestrator.registry import Registry
+from orchestrator.termtext import clean
 
 
 class App:
@@ -32,7 +33,9 @@ class App:
         return Registry()
 
     def say(self, message: str) -> None:
-        """Progress to stderr. ``message`` may carry server text: it is never read as markup."""
+        """Progress to stderr. ``message`` may carry server text: control characters are
+        dropped and it is never read as markup."""
+        message = clean(message)
         self.err.print(f"[dim]orch:[/dim] {escape(message)}", markup=True, highlight=False) if sys.stderr.isatty() \
             else print(f"orch: {message}", file=sys.stderr, flush=True)
 

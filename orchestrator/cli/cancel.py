@@ -7,6 +7,7 @@ import click
 from orchestrator.cli.app import App, pass_app
 from orchestrator.jobs import cancel
 from orchestrator.plan import GRACE_S
+from orchestrator.termtext import clean
 
 
 @click.command("cancel")
@@ -24,7 +25,7 @@ def cancel_cmd(app: App, job: str, grace: float) -> None:
     """
     record = app.registry.get(job)
     status = cancel(record, app.inventory, app.registry, grace)
-    click.echo(f"{record.job_id}: {status['state']}")
+    click.echo(f"{record.job_id}: {clean(str(status['state']))}")
 
 
 COMMANDS = [cancel_cmd]

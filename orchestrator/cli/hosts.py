@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator import keys
 from orchestrator.cli.app import App, pass_app
@@ -222,12 +223,17 @@ def ls_cmd(app: App) -> None:
     table = Table(box=None, pad_edge=False)
     for column in ("NAME", "TARGET", "ROOT", "PYTHON", "AUTH", "KEY"):
         table.add_column(column)
-    for host in [app.inventory.local(), *app.inventory.list()]:
+    good, broken = app.inventory.survey()  # a broken entry is flagged, never hides the others
+    for host in [app.inventory.local(), *good]:
         auth = "-" if host.kind == "local" else (f"${host.password_env}" if host.password_env else
                                                   (host.identity_file or "agent/default keys"))
         key = "-" if host.kind == "local" else ("pinned" if host.host_key else "NOT PINNED")
-        table.add_row(host.name, host.target, host.root, host.python, auth, key)
+        table.add_row(*(Text(str(cell)) for cell in (host.name, host.target, host.root, host.python, auth, key)))
+    for name in broken:
+        table.add_row(*(Text(cell) for cell in (name, "BROKEN (see below)", "-", "-", "-", "-")))
     app.out.print(table)
+    for error in broken.values():
+        app.say(f"warning: {error}")
 
 
 @hosts_group.command("rm")

@@ -138,9 +138,30 @@ def judge(facts: dict[str, Any], skew_s: float, needs: Needs) -> list[Row]:
     for name in ("rsync", "tmux"):
         rows.append(Row(name, clean(str(tools.get(name))) if tools.get(name) else "missing",
                         OK if tools.get(name) else WARN, "" if tools.get(name) else "not needed by orch; handy by hand"))
+    rows += _workspace_rows(facts)
     skew_ok = abs(skew_s) <= MAX_SKEW_S
     rows.append(Row("clock skew", f"{skew_s:+.1f} s", OK if skew_ok else WARN,
                     "" if skew_ok else "log and ETA times will be off"))
+    return rows
+
+
+def _workspace_rows(facts: dict[str, Any]) -> list[Row]:
+    """One row per synced workspace on the host (``<folder>-<8 hex>``: one per checkout)."""
+    spaces = facts.get("workspaces")
+    if not isinstance(spaces, list) or not spaces:
+        return [Row("workspaces", "none yet", OK, "orch submit syncs one per checkout")]
+    rows = []
+    for space in spaces[:20]:
+        if not isinstance(space, dict):
+            continue
+        try:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(space.get("synced") or 0)))
+            size = f"{int(space.get('files') or 0)} files, {_gb(space.get('bytes')) * 1000:.1f} MB"
+        except (TypeError, ValueError, OverflowError):
+            continue
+        rows.append(Row("workspace", f"{clean(str(space.get('name')))[:60]} ({size})", OK,
+                        f"from {clean(str(space.get('laptop')))[:40]}:{clean(str(space.get('path')))[:120]}, "
+                        f"synced {when}"))
     return rows
 
 

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import tarfile
 import threading
 from pathlib import Path
@@ -60,7 +61,8 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
     and sending (or while being read): their server copy may be torn, so they go again."""
     changed: list[str] = []
     with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=1 << 18) as tar:
-        control = json.dumps({"delete": plan.delete, "entries": plan.entries}).encode()
+        source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
+        control = json.dumps({"delete": plan.delete, "entries": plan.entries, "source": source}).encode()
         info = tarfile.TarInfo(".orch-sync.json")
         info.size = len(control)
         tar.addfile(info, io.BytesIO(control))

@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from remote_payload import workspace
+
 TORCH_PROBE = r"""
 import json, sys
 try:
@@ -122,6 +124,7 @@ def collect(root: str, args: List[str]) -> Dict[str, Any]:
         "tools": {name: shutil.which(name) for name in ("rsync", "tmux", "nohup", "setsid", "nvidia-smi")},
         "gpu": gpu_facts(),
         "torch": torch_facts(timeout),
+        "workspaces": workspace.list_workspaces(os.path.abspath(os.path.expanduser(root))),
     }
     facts["time"] = time.time()  # last: the laptop compares it with when the reply arrived
     facts["collect_s"] = facts["time"] - started

@@ -147,7 +147,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
         except OSError:
             continue  # not here: the record never lists a file it does not have
         files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
-    atomic_write_json(p["record"], {"files": files})
+    source = control.get("source") if isinstance(control.get("source"), dict) else {}
+    atomic_write_json(p["record"], {"files": files, "source": {k: str(v)[:300] for k, v in source.items()}})
     os.unlink(p["pending"])
     return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
 
@@ -249,3 +250,32 @@ def link_tree(src: str, dst: str, only: "Optional[Collection[str]]" = None) -> L
                 os.link(source, target)
             linked.append(rel)
     return sorted(linked)
+
+
+def list_workspaces(root: str, limit: int = 50) -> List[Dict[str, Any]]:
+    """The workspaces on this host, newest sync first: name, file count, bytes, when last
+    synced, and where from (laptop and path, as the laptop reported them)."""
+    state = os.path.join(root, "state")
+    out: List[Dict[str, Any]] = []
+    try:
+        names = [n for n in os.listdir(state) if n.startswith("sync-") and n.endswith(".json")
+                 and not n.endswith(".pending.json")]
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(state, name)
+        try:
+            synced = os.stat(path).st_mtime
+        except OSError:
+            continue
+        doc = read_json(path)
+        if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+            continue
+        files = doc["files"]
+        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        out.append({"name": name[len("sync-"):-len(".json")], "files": len(files), "synced": synced,
+                    "bytes": sum(int(f.get("size") or 0) for f in files.values() if isinstance(f, dict)),
+                    "laptop": str(source.get("laptop") or "?"), "path": str(source.get("path") or "?")})
+    out.sort(key=lambda w: -w["synced"])
+    return out[:limit]
+

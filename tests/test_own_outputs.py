@@ -108,3 +108,8 @@ def test_two_checkouts_with_the_same_folder_name_never_share_a_server_folder(orc
     assert len(folders) == 2 and all(f.name.startswith("train-") and (f / "main.py").is_file() for f in folders)
     again = orch("submit", str(specs[0]), "--follow")
     assert "syncing 0 changed file(s)" in again.stderr and "deleting" not in again.stderr
+    check = orch("hosts", "check", host, check=None).stdout  # a verdict per line; exit 4 on a blocker (no torch?)
+    rows = [line for line in check.splitlines() if line.startswith("workspace ")]
+    for spec in specs:
+        folder = orch.server_workspace(spec.parent, root).name
+        assert any(folder in row and f":{spec.parent}," in row for row in rows), check

@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: a loopback sshd, the latency proxy, timing, tables.
 
-Benchmarks print tables and never assert on times (machines are noisy; see DESIGN.md).
+Benchmarks print tables and never assert on times (machines are noisy; see bench/RESULTS.md).
 """
 
 from __future__ import annotations

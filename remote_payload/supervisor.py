@@ -1,7 +1,7 @@
 """The per-node supervisor: setup, then the job under torchrun, then manifest and state.
 
 Started detached (new session, all three streams redirected) by ``agent.py launch``, so it
-survives the SSH session ending and SIGHUP. Standard library only. Contract (DESIGN.md):
+survives the SSH session ending and SIGHUP. Standard library only. Contract (docs/architecture.md):
 
 - ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
   exit code, reason. A terminal state is written only after ``manifest.json`` is complete.

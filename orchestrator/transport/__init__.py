@@ -1,4 +1,4 @@
-"""Transports execute argv on a host; they know nothing about jobs (DESIGN.md)."""
+"""Transports execute argv on a host; they know nothing about jobs (docs/architecture.md)."""
 
 from orchestrator.transport.base import Process, Result, Transport
 

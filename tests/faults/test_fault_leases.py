@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 from tests.conftest import Orch, write_job
+from tests.faults.conftest import start_paused
 from tests.faults.proxy import FaultProxy
 
 
@@ -20,14 +19,7 @@ def test_a_sync_frozen_mid_stream_does_not_block_the_next_one(orch: Orch, flaky:
     for i in range(10):
         (orch.cwd / "ws" / f"shard-{i}.bin").write_bytes(os.urandom(300_000))
     hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd,
-                             env={**orch.env, "ORCH_TEST_PAUSE": f"sync-stream:{hooks}"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (hooks / "sync-stream.reached").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert (hooks / "sync-stream.reached").exists()
+    first = start_paused(orch, spec, "sync-stream", hooks)
     proxy.freeze()  # the server's receiver now holds the lock and waits on a link that answers nothing
     (hooks / "sync-stream.go").touch()
     _, err = first.communicate(timeout=120)
@@ -47,14 +39,7 @@ def test_a_launch_frozen_mid_request_does_not_lock_out_other_jobs(orch: Orch, fl
                                                                   tmp_path: Path) -> None:
     frozen = write_job(orch.cwd, "frozen", flaky, ["python", "-c", "print('never')"])
     hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(frozen)], cwd=orch.cwd,
-                             env={**orch.env, "ORCH_TEST_PAUSE": f"launch-sent:{hooks}"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (hooks / "launch-sent.reached").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert (hooks / "launch-sent.reached").exists()
+    first = start_paused(orch, frozen, "launch-sent", hooks)
     proxy.freeze()  # the server's launch request never ends: the agent waits for the rest of it
     (hooks / "launch-sent.go").touch()
     other = orch.cwd / "other"

@@ -1,4 +1,4 @@
-"""Every error a user can see, each with its exit code (DESIGN.md: CLI contract).
+"""Every error a user can see, each with its exit code (README: exit codes).
 
 Commands raise these; ``orchestrator.cli.main`` is the one place that turns them into a
 message and an exit code. Nothing else prints tracebacks.
@@ -32,6 +32,13 @@ class UsageError(OrchError):
 
 class SpecError(UsageError):
     """An invalid job.yaml; the message names file:line:column and the field path."""
+
+
+class LocalFileError(UsageError):
+    """A file on the laptop stops the command before anything is launched or renamed: a
+    damaged ``registry.db``, a broken ``hosts/*.json``, a fetch destination that cannot be
+    written (the disk is full). One line: the file, what is wrong, and the fix. Exit 2: the
+    fix is on the laptop, like any other invalid input."""
 
 
 class HostError(OrchError):

@@ -10,6 +10,7 @@ written for it. A second fetch with nothing new transfers no file data.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import pathspec
 
 from orchestrator import runs
 from orchestrator.connect import never, open_transport
-from orchestrator.errors import RemoteError
+from orchestrator.errors import LocalFileError, RemoteError
 from orchestrator.hosts import Inventory
 from orchestrator.jobs import nodes_of
 from orchestrator.registry import JobRecord
@@ -78,8 +79,11 @@ def local_names(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def safe_entries(manifest: Any, dest: Path) -> list[Entry]:
-    """Validate an untrusted manifest; raise ``RemoteError`` naming the first bad entry."""
+def safe_entries(manifest: Any, dest: Path, odd_names: list[str] | None = None) -> list[Entry]:
+    """Validate an untrusted manifest; raise ``RemoteError`` naming the first bad entry (a
+    path that is absolute, holds ``..`` or empty parts, or resolves outside ``dest``). A
+    name with control characters or a backslash — legal on Linux, so a job may write one —
+    is left out instead, its ``ascii()`` form appended to ``odd_names``."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
         raise RemoteError("the server's manifest.json is malformed")
     if len(manifest["files"]) > MAX_FILES:
@@ -91,9 +95,13 @@ def safe_entries(manifest: Any, dest: Path) -> list[Entry]:
             raise RemoteError("the server's manifest holds a malformed entry")
         path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
         shown = ascii(path)[:120]
-        if not isinstance(path, str) or not path or BAD_CHARS.search(path) or path.startswith("/") \
+        if not isinstance(path, str) or not path or path.startswith("/") \
                 or any(part in ("", ".", "..") for part in path.split("/")):
             raise RemoteError(f"refusing manifest path {shown}: it must be a plain relative path")
+        if BAD_CHARS.search(path):
+            if odd_names is not None:
+                odd_names.append(shown)
+            continue
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or size > 1 << 44:
             raise RemoteError(f"refusing manifest entry {shown}: bad size")
         if not isinstance(digest, str) or not SHA_RE.match(digest):
@@ -137,7 +145,11 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     """Fetch one node's share; True when the job had ended and everything selected is here."""
     host = remote.host
     manifest = remote.call("manifest", job_id)
-    entries = safe_entries(manifest, dest)
+    odd: list[str] = []
+    entries = safe_entries(manifest, dest, odd)
+    if odd:
+        say(f"{host.name}: not fetched, names with control characters: {', '.join(odd[:5])}"
+            + (f" (+{len(odd) - 5} more)" if len(odd) > 5 else ""))
     outputs = manifest.get("outputs")
     if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
         outputs = DEFAULT_OUTPUTS
@@ -197,24 +209,33 @@ class ChangedWhileFetching(Exception):
 
 def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int) -> int:
     """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
-    place only when it has the manifest's size and sha256."""
+    place only when it has the manifest's size and sha256. A laptop-side write failure (the
+    disk is full, a folder not writable) is a ``LocalFileError`` naming the file; the
+    ``.part`` keeps what was written, so the same fetch resumes once the cause is fixed."""
     final = dest / entry.local
     part = dest / (entry.local + ".part")
-    final.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    if offset:
-        with open(part, "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
     remaining = size
-    with open(part, "r+b" if offset else "wb") as f:
-        f.seek(offset)
-        f.truncate()
-        while remaining:
-            data = reader.take(min(remaining, 1 << 20))
-            f.write(data)
-            h.update(data)
-            remaining -= len(data)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if offset:
+            with open(part, "rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+        with open(part, "r+b" if offset else "wb") as f:
+            f.seek(offset)
+            f.truncate()
+            while remaining:
+                data = reader.take(min(remaining, 1 << 20))  # a broken stream is an OrchError
+                f.write(data)
+                h.update(data)
+                remaining -= len(data)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise LocalFileError(f"the laptop's disk is full: cannot write {part} ({exc.strerror}); free space, "
+                                 "then run the same `orch fetch` again: it resumes from the .part file") from None
+        raise LocalFileError(f"cannot write {exc.filename or part} ({exc.strerror or exc}); fix that (or fetch "
+                             "with --dest DIR), then run the same `orch fetch` again") from None
     if offset + size != entry.size or h.hexdigest() != entry.sha256:
         part.unlink()
         raise ChangedWhileFetching(f"{entry.local}: size or sha256 differs from the manifest (discarded; fetch again)")

@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
+from orchestrator.keys import key_line_problem
 from orchestrator.spec import NAME_RE, InlineHost
 
 LOCAL = "local"
@@ -137,17 +138,43 @@ class Inventory:
     def _file(self, name: str) -> Path:
         return self.dir / f"{name}.json"
 
+    def names(self) -> list[str]:
+        """The inventory's entry names (file names; the entries are not read)."""
+        return sorted(p.stem for p in self.dir.glob("*.json")) if self.dir.is_dir() else []
+
     def get(self, name: str) -> Host:
+        """The entry ``name``. An entry that cannot be used — unreadable, not UTF-8, not
+        JSON, a field out of range, a pinned host key that is not a valid key, or a ``name``
+        other than its file's — raises ``LocalFileError`` (exit 2) naming the file and the fix,
+        before anything connects."""
         if name == LOCAL:
             return self.local()
         path = self._file(name)
         if not path.is_file():
-            known = ", ".join([LOCAL] + [h.name for h in self.list()])
+            known = ", ".join([LOCAL] + self.names())
             raise UsageError(f"unknown host {name!r} (known: {known}); add it with `orch hosts add {name} --ssh \"ssh -p PORT user@host\"`")
         try:
-            return Host.model_validate_json(path.read_text(encoding="utf-8"))
+            host = Host.model_validate_json(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise self.broken(name, f"unreadable: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise self.broken(name, "not UTF-8 text") from None
         except ValidationError as exc:
-            raise UsageError(f"{path}: corrupt host entry: {exc.errors()[0]['msg']}") from None
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error.get("loc", ()))
+            raise self.broken(name, f"{where + ': ' if where else ''}{error['msg']}") from None
+        if host.name != name:
+            raise self.broken(name, f"its name is {host.name!r}, not {name!r} as its file name says")
+        problem = key_line_problem(host.host_key) if host.host_key else None
+        if problem:
+            raise self.broken(name, problem)
+        return host
+
+    def broken(self, name: str, problem: str) -> LocalFileError:
+        """The message for an entry that cannot be used: the file, what is wrong, the fix."""
+        return LocalFileError(
+            f"{self._file(name)} is not a usable host entry ({problem}): remove it with `orch hosts rm {name}`, "
+            f"then add the host again with `orch hosts add {name} --ssh \"ssh -p PORT user@host\" ... --trust`")
 
     def resolve(self, ref: str | InlineHost) -> Host:
         """An inventory name, ``local``, or an inline host from a job file."""
@@ -163,9 +190,19 @@ class Inventory:
         )
 
     def list(self) -> list[Host]:
-        if not self.dir.is_dir():
-            return []
-        return [self.get(p.stem) for p in sorted(self.dir.glob("*.json"))]
+        """Every entry; the first that cannot be used raises (``get``)."""
+        return [self.get(name) for name in self.names()]
+
+    def survey(self) -> tuple[list[Host], dict[str, LocalFileError]]:
+        """Every usable entry, and for each one that is not, by name, why (``orch hosts ls``)."""
+        good: list[Host] = []
+        bad: dict[str, LocalFileError] = {}
+        for name in self.names():
+            try:
+                good.append(self.get(name))
+            except LocalFileError as exc:
+                bad[name] = exc
+        return good, bad
 
     def save(self, host: Host) -> None:
         if host.name == LOCAL:
@@ -173,5 +210,9 @@ class Inventory:
         write_private(self._file(host.name), json.dumps(host.model_dump(), indent=2) + "\n")
 
     def remove(self, name: str) -> None:
-        self.get(name)
+        """Delete the entry's file, a broken one too (that is how one is fixed)."""
+        if name == LOCAL:
+            raise UsageError("`local` is built in and cannot be removed")
+        if not self._file(name).is_file():
+            self.get(name)  # raises: unknown host
         self._file(name).unlink()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home
 
 SUBMITTING = "submitting"  # reserved by a submit that has not yet seen its launch confirmed
@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated REAL NOT NULL
 )
 """
+COLUMNS = {"job_id", "name", "spec_path", "hosts", "job_dir", "created", "state", "detail", "updated"}
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,43 @@ class JobRecord:
 
 class Registry:
     def __init__(self, home: Path | None = None) -> None:
+        """Open (or create) ``registry.db``. A file that is not a sound orch registry —
+        garbage, truncated, another program's database — raises ``LocalFileError`` (exit 2)
+        naming it and the fix, before any command acts on it."""
         self.path = (home or orch_home()) / "registry.db"
-        with closing(self._connect()) as db, db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(SCHEMA)
+        try:
+            with closing(self._connect()) as db, db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(SCHEMA)
+                problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+                columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)").fetchall()}
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise  # another orch holds it past the busy timeout: not damage
+            raise self.damaged(exc) from None
+        except sqlite3.DatabaseError as exc:
+            raise self.damaged(exc) from None
+        if problems != ["ok"]:
+            raise self.damaged("; ".join(str(p) for p in problems[:2]))
+        if not COLUMNS <= columns:
+            raise self.damaged(f"its jobs table lacks {', '.join(sorted(COLUMNS - columns))}: not orch's registry")
         self.path.chmod(0o600)
 
+    def damaged(self, reason: object) -> LocalFileError:
+        """The one message for a registry that cannot be used, with the way out: the jobs
+        themselves live on their hosts, so moving the file aside loses only this laptop's list."""
+        return LocalFileError(
+            f"{self.path} is damaged ({reason}): move it aside (mv {self.path} {self.path}.damaged, and any "
+            f"{self.path.name}-wal / -shm beside it) and orch starts an empty registry; the jobs themselves "
+            "and their files stay on their hosts (under the host's root, jobs/<job_id>/)")
+
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30)
-        db.execute("PRAGMA busy_timeout=30000")
+        try:
+            db = sqlite3.connect(self.path, timeout=30)
+            db.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.OperationalError as exc:  # not a file sqlite can open (a folder, no permission)
+            raise LocalFileError(f"cannot open {self.path} ({exc}): it must be a file this user can read "
+                                 "and write") from None
         return db
 
     def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str,

@@ -52,7 +52,7 @@ def test_a_corrupt_part_file_is_discarded_not_renamed(orch: Orch, finished: str)
     assert (part.parent / "model.bin").stat().st_size == 3_000_000
 
 
-BAD_PATHS = ["../evil", "/tmp/orch-evil", "outputs/../../evil", "outputs/\x1b[2Jx", "", "a//b"]
+BAD_PATHS = ["../evil", "/tmp/orch-evil", "outputs/../../evil", "", "a//b"]
 
 
 def test_fetch_refuses_paths_outside_destination(orch: Orch, finished: str, tmp_path: Path) -> None:
@@ -77,3 +77,14 @@ def test_fetch_refuses_a_destination_symlink_leading_out(orch: Orch, finished: s
     (dest / "outputs").symlink_to(outside)
     out = orch("fetch", finished, check=4)
     assert "resolves outside" in out.stderr and list(outside.iterdir()) == []
+
+
+def test_a_name_with_control_characters_is_skipped_and_named_not_written(orch: Orch, finished: str) -> None:
+    manifest_path = orch.job_dir(finished) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"].append({"path": "outputs/\x1b[2Jx", "size": 4, "sha256": "0" * 64, "mtime_ns": 0})
+    manifest_path.write_text(json.dumps(manifest))
+    out = orch("fetch", finished)
+    assert "not fetched, names with control characters: 'outputs/\\x1b[2Jx'" in out.stderr and "\x1b" not in out.stderr
+    local = orch.cwd / "runs" / finished / "outputs"
+    assert (local / "model.bin").is_file() and [p.name for p in local.iterdir() if "2J" in p.name] == []

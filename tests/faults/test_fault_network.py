@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
+from remote_payload import lease
 from tests.conftest import Orch, write_job
 from tests.faults.proxy import FaultProxy
 
@@ -27,13 +29,30 @@ def big_workspace(orch: Orch, host: str) -> Path:
     return spec
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds (a
+    bound for a hung test, never a timing assertion)."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"gave up waiting {timeout:g} s for {what}"
+        time.sleep(0.05)
+
+
+def wait_until_receive_ended(root: Path, project: str) -> None:
+    """The server's ``receive`` of ``project`` has ended: its lease (an flock the kernel frees
+    when the process exits; remote_payload/lease.py) is free, so its cleanup is done."""
+    lock = root / "state" / f"sync-{project}.json.lock"
+    wait_until(lambda: lease.holder(str(lock)) is None, "the server's receive to end")
+
+
 def test_sync_cut_midway_fails_cleanly_and_the_next_sync_completes(orch: Orch, flaky: str, proxy: FaultProxy) -> None:
     spec = big_workspace(orch, flaky)
     proxy.cut_after(2_000_000, "up")
     out = orch("submit", str(spec), check=3)
-    assert "connection to flaky" in out.stderr and "lost" in out.stderr and "Traceback" not in out.stderr
+    assert "connection to flaky" in out.stderr and "lost" in out.stderr
+    assert "Traceback" not in out.stderr and "Exception in thread" not in out.stderr
     dest = orch.server_workspace(orch.cwd / "ws")
-    time.sleep(1)  # the server side notices the broken stream and cleans up
+    wait_until_receive_ended(orch.remote_root, dest.name)  # the server notices the broken stream and cleans up
     local = digest_tree(orch.cwd / "ws")
     for rel, digest in digest_tree(dest).items():
         assert ".orch-tmp-" not in rel
@@ -71,42 +90,47 @@ for i in range(int(sys.argv[1])):
 """
 
 
-def follow_ticking_job(orch: Orch, host: str, name: str, ticks: int, heartbeat_s: str) -> subprocess.Popen:
+def ticks_in(path: Path) -> list[str]:
+    return [l for l in (path.read_text() if path.exists() else "").splitlines() if l.startswith("tick ")]
+
+
+def follow_ticking_job(orch: Orch, host: str, name: str, ticks: int,
+                       heartbeat_s: str) -> tuple[subprocess.Popen, Path, Path]:
     """Submit a job printing ``ticks`` numbered lines and start `orch logs -f` on it (watchdog
-    period 1 s); return once the job has printed line 10."""
+    period 1 s, its stdout into a file); return (follower, its stdout file, the job's log)
+    once the follower has printed line 10 — its stream is open and flowing then."""
     spec = write_job(orch.cwd, name, host, ["python", "tick.py", str(ticks)])
     (orch.cwd / "ws" / "tick.py").write_text(COUNTER)
     job = orch.json("submit", str(spec))["job_id"]
-    follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
-                                env={**orch.env, "ORCH_LOG_HEARTBEAT_S": heartbeat_s, "ORCH_KEEPALIVE_S": "1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = orch.remote_root / "jobs" / job / "logs" / "node0.log"
-    deadline = time.time() + 60
-    while "tick 0010" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
-        time.sleep(0.1)
-    return follower
+    printed = orch.cwd.parent / f"{name}.out"
+    with open(printed, "w") as sink:
+        follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
+                                    env={**orch.env, "ORCH_LOG_HEARTBEAT_S": heartbeat_s, "ORCH_KEEPALIVE_S": "1"},
+                                    stdout=sink, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: "tick 0010" in ticks_in(printed), "the follower to print line 10")
+    return follower, printed, orch.remote_root / "jobs" / job / "logs" / "node0.log"
 
 
 def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_line(
         orch: Orch, flaky: str, proxy: FaultProxy) -> None:
-    follower = follow_ticking_job(orch, flaky, "tick", 80, heartbeat_s="0.5")
+    follower, printed, log = follow_ticking_job(orch, flaky, "tick", 120, heartbeat_s="0.5")
     proxy.cut()
-    time.sleep(1.5)
+    written = len(ticks_in(log))  # a line after these can only come through a new connection
+    wait_until(lambda: len(ticks_in(printed)) > written, "the follower to reconnect")
     proxy.freeze()  # the reconnected stream now stalls without closing
-    out, err = follower.communicate(timeout=120)
+    _, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
-    ticks = [l for l in out.splitlines() if l.startswith("tick ")]
-    assert ticks == [f"tick {i:04d}" for i in range(80)]
+    assert ticks_in(printed) == [f"tick {i:04d}" for i in range(120)]
     assert "reconnecting" in err and "stalled" in err
 
 
 def test_a_stalled_link_is_noticed_by_the_keepalive_not_waited_on_forever(
         orch: Orch, flaky: str, proxy: FaultProxy) -> None:
-    follower = follow_ticking_job(orch, flaky, "quiet", 60, heartbeat_s="600")
+    follower, printed, _ = follow_ticking_job(orch, flaky, "quiet", 100, heartbeat_s="600")
     proxy.freeze()  # the link stops answering without closing; the log heartbeat is far away
-    out, err = follower.communicate(timeout=120)
+    _, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
-    assert [l for l in out.splitlines() if l.startswith("tick ")] == [f"tick {i:04d}" for i in range(60)]
+    assert ticks_in(printed) == [f"tick {i:04d}" for i in range(100)]
     assert "(stalled)" in err
 
 
@@ -117,10 +141,7 @@ def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd,
                             env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (hooks / f"{point}.reached").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert (hooks / f"{point}.reached").exists()
+    wait_until((hooks / f"{point}.reached").exists, f"submit to reach {point}")
     proxy.cut()
     (hooks / f"{point}.go").touch()
     proc.communicate(timeout=60)
@@ -149,3 +170,16 @@ def test_submit_cut_right_after_launch_never_starts_a_duplicate(
     lines = (jobs[0] / "logs" / "node0.log").read_text().splitlines()
     assert lines.count("ran once") == 1 and sum(l.startswith("[orch] starting:") for l in lines) == 1
     assert len(orch.json("ls")) == 1
+
+
+def test_a_thread_cut_off_with_its_connection_prints_no_traceback(orch: Orch, flaky: str, proxy: FaultProxy) -> None:
+    """`orch exec` pumps its stdin to the server in a thread of its own: cutting the link
+    while that thread writes kills it mid-write. The command fails once, cleanly (exit 3,
+    the host named); no thread prints `Exception in thread` or a traceback."""
+    proxy.cut_after(3_000_000, "up")
+    with open("/dev/zero", "rb") as endless:  # stdin that never ends: the pump is writing when the cut comes
+        out = subprocess.run([sys.executable, "-m", "orchestrator", "exec", flaky, "--", "cat > /dev/null"],
+                             cwd=orch.cwd, env=orch.env, stdin=endless, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    assert "connection to flaky" in out.stderr and "lost" in out.stderr
+    assert "Traceback" not in out.stderr and "Exception in thread" not in out.stderr, out.stderr

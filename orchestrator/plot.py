@@ -6,7 +6,7 @@ supervisor read from a Hugging Face Trainer log; ``learning_rate`` is read as ``
 else reads the job's file with one ``cat`` (an argv list, like every remote command) on the
 first of the job's hosts that has one (rank 0, which writes it, may run on any node). Lines
 from the server are untrusted: anything that is not a JSON object with a numeric ``step`` is
-skipped. matplotlib is an optional extra (``pip install 'orch[plot]'``)
+skipped. matplotlib is an optional extra (``pip install matplotlib``, or the ``plot`` extra of the ``orch-gpu`` distribution)
 and is imported only when drawing.
 """
 
@@ -78,7 +78,7 @@ def draw(rows: list[dict[str, float]], title: str) -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("orch plot needs matplotlib: pip install 'orch[plot]' (or pip install matplotlib)") from None
+        raise UsageError("orch plot needs matplotlib: pip install matplotlib (from a clone: pip install '.[plot]')") from None
     fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for key, style in (("loss", "-"), ("eval_loss", "o-")):
         xs, ys = series(rows, key)

@@ -151,3 +151,16 @@ def test_total_steps_fall_back_to_the_specs_max_steps(tmp_path: Path) -> None:
                     "train: {model: m, data: {train: d.jsonl}, max_steps: 123}\n")
     assert _total_steps(str(spec)) == 123
     assert _total_steps(str(tmp_path / "gone.yaml")) is None
+
+
+def test_plot_without_matplotlib_names_the_right_install(orch: Orch, tmp_path: Path) -> None:
+    blocker = tmp_path / "no-matplotlib"
+    (blocker / "matplotlib").mkdir(parents=True)
+    (blocker / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib is not installed')\n")
+    spec = write_job(orch.cwd, "noplot", "local", ["python", "-c", "print('{\"step\": 1, \"loss\": 2.0}')"])
+    job = orch.json("submit", str(spec), "--follow")["job_id"]
+    runs = orch.cwd / "runs" / job
+    runs.mkdir(parents=True)
+    (runs / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    out = orch("plot", job, check=2, env={"PYTHONPATH": f"{blocker}:{orch.env['PYTHONPATH']}"})
+    assert "pip install matplotlib" in out.stderr and "'orch[plot]'" not in out.stderr and "Traceback" not in out.stderr

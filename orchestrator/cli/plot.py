@@ -22,7 +22,7 @@ def plot_cmd(app: App, job: str, output: Path | None, runs_dir: Path) -> None:
     """Draw loss (train and eval), lr and tokens/s against step into a PNG.
 
     Uses the fetched runs/<job>/metrics.jsonl, or the job's file on its host.
-    Needs matplotlib (pip install 'orch[plot]').
+    Needs matplotlib (pip install matplotlib; from a clone: pip install '.[plot]').
 
     \b
     Examples:

@@ -3,11 +3,13 @@
 Following never ends on a dropped connection: it reconnects with backoff and continues at
 the exact byte it had reached. A stalled connection is noticed too: the server sends a
 heartbeat frame while the log is quiet, and no frame for ``3 × heartbeat`` counts as a
-lost connection. It ends when the job is terminal and the log is drained.
+lost connection. It ends when the job is terminal and the log is drained; the server's end
+frame then carries the node's terminal status, so the end costs no further round trip.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -18,7 +20,7 @@ from typing import Any, Callable
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import CommandFailed, HostError, RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
-from orchestrator.jobs import nodes_of, parallel, probe
+from orchestrator.jobs import TERMINAL, aggregate, nodes_of, parallel, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
 from orchestrator.termtext import CleanDecoder, clean
@@ -70,9 +72,20 @@ class _Frames:
         return kind, self._exactly(length)
 
 
+def end_status(data: bytes) -> dict[str, Any] | None:
+    """The terminal status an end frame carries, or None (empty, garbled, not terminal)."""
+    try:
+        status = json.loads(data.decode("utf-8")) if data else None
+    except ValueError:
+        return None
+    ok = isinstance(status, dict) and status.get("state") in TERMINAL
+    return status if ok else None
+
+
 def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, *, write: Callable[[str], None],
-                say: Callable[[str], None], follow: bool, tail: int | None) -> None:
-    """One node's log through ``write`` until it ends (``follow``: the node is terminal)."""
+                say: Callable[[str], None], follow: bool, tail: int | None) -> dict[str, Any] | None:
+    """One node's log through ``write`` until it ends (``follow``: the node is terminal);
+    returns the node's terminal status when the end frame carried one."""
     decoder = CleanDecoder()
     offset: int | None = None if tail is not None else 0
     backoff = 0.5
@@ -89,6 +102,7 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
                 while True:
                     kind, data = frames.next()
                     if kind == b"E":
+                        final = end_status(data)
                         break
                     if kind == b"D":
                         offset += len(data)
@@ -97,7 +111,7 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
                 if code != 0:
                     raise CommandFailed(Result(host.name, proc.command, code, b"", proc.stderr), "reading the log")
                 write(decoder.feed(b"", final=True))
-                return
+                return final
         except HostError as exc:
             if not follow:
                 raise
@@ -136,7 +150,11 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
         raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
     if node is not None or len(hosts) == 1:
         index = node or 0
-        follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)
+        final = follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)
+        if final is not None and len(hosts) == 1:  # the end frame's status: no further round trip
+            status = aggregate([final])
+            registry.update(record.job_id, status["state"], status)
+            return status
     else:
         lock = threading.Lock()
         writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]

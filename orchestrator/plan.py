@@ -1,7 +1,8 @@
 """Pure: a validated spec + host facts -> ``Plan`` (what ``orch submit --dry-run`` prints).
 
-No I/O here. The plan holds the exact argv each node's supervisor runs; tests compare it
-exactly. It is written as the job's ``job.json``, the contract with ``remote_payload``.
+No I/O here. The plan holds the exact argv each node's supervisor runs (torchrun's, or for a
+one-node one-process job the job's own: ``launch.launcher``); tests compare it exactly. It is
+written as the job's ``job.json``, the contract with ``remote_payload``.
 """
 
 from __future__ import annotations
@@ -36,12 +37,16 @@ class HostFacts(Frozen):
 
 
 class NodePlan(Frozen):
+    """One node's part. ``direct``: ``argv`` is the job's one process itself (no torchrun);
+    the supervisor adds torchrun's environment contract to it, with a free port it picks."""
+
     host: str
     node_rank: int
     nproc: int
     root: str
     job_dir: str
     argv: list[str]
+    direct: bool = False
     env: dict[str, str] = Field(default_factory=dict)
 
 
@@ -93,15 +98,34 @@ def nproc_for(spec: JobSpec, facts: HostFacts) -> int:
     return wanted
 
 
-def entrypoint(spec: JobSpec, python: str, job_dir: str) -> list[str]:
-    """What each torchrun worker runs: the built-in trainer or the user's command."""
+def program(spec: JobSpec, python: str, job_dir: str) -> list[str]:
+    """The argv of one process of the job: the built-in trainer or the user's command (a
+    leading ``python``/``python3`` is the host's python)."""
     if spec.train is not None:
-        return ["-m", "remote_payload.train", "--config", posixpath.join(job_dir, "train.json"), "--out", job_dir]
+        return [python, "-m", "remote_payload.train", "--config", posixpath.join(job_dir, "train.json"), "--out", job_dir]
     assert spec.launch.command is not None
     command = list(spec.launch.command)
     if command[0] in ("python", "python3"):
         command[0] = python
-    return ["--no-python", *command]
+    return command
+
+
+def entrypoint(spec: JobSpec, python: str, job_dir: str) -> list[str]:
+    """What each torchrun worker runs: the trainer's module arguments (torchrun runs python
+    itself), or ``--no-python`` and the user's command."""
+    argv = program(spec, python, job_dir)
+    return argv[1:] if spec.train is not None else ["--no-python", *argv]
+
+
+def is_direct(spec: JobSpec, nnodes: int, nproc: int) -> bool:
+    """The launcher rule: ``auto`` starts one node × one process directly, anything larger under
+    torchrun. Raises ``UsageError`` for ``direct`` with more (``auto`` GPUs can make it so)."""
+    launcher = spec.launch.launcher
+    if launcher == "direct" and (nnodes > 1 or nproc > 1):
+        where = f"the job has {nnodes} nodes" if nnodes > 1 else f"nproc_per_node comes to {nproc}"
+        raise UsageError(f"launch.launcher: `direct` starts one process, but {where} — use `torchrun` "
+                         "(or `auto`, which picks torchrun for more than one process)")
+    return launcher == "direct" or (launcher == "auto" and nnodes == 1 and nproc == 1)
 
 
 def torchrun_argv(python: str, nproc: int, entry: list[str], nnodes: int = 1,
@@ -147,9 +171,11 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
     for rank, (host, fact) in enumerate(zip(hosts, facts)):
         nproc = nproc_for(spec, fact)
         job_dir = posixpath.join(fact.root, "jobs", job_id)
-        argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint, job_id)
+        direct = is_direct(spec, len(hosts), nproc)
+        argv = program(spec, fact.python, job_dir) if direct else \
+            torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint, job_id)
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
-                              env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
+                              direct=direct, env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
     root, job_dir = facts[0].root, nodes[0].job_dir
     presets = list(dict.fromkeys([*hosts[0].presets, *spec.presets]))
     return Plan(

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from orchestrator.errors import SpecError
 from orchestrator.specerrors import data_path, plain_message, yaml_problem
@@ -96,8 +97,8 @@ class Launch(Frozen):
     )
     command: list[str] | None = Field(
         None,
-        description="argv each torchrun process runs instead of the built-in trainer; a string is split "
-        "like a shell would. A leading `python` means the host's python.",
+        description="argv each process runs instead of the built-in trainer (under torchrun, or directly: see "
+        "`launcher`); a string is split like a shell would. A leading `python` means the host's python.",
     )
 
     rdzv_host: str | None = Field(
@@ -105,6 +106,12 @@ class Launch(Frozen):
         "(e.g. a private network address). Default: the first host's address."
     )
     rdzv_port: int | None = Field(None, ge=1, le=65535, description="Multi-node: rendezvous port (default: a free one).")
+    launcher: Literal["auto", "torchrun", "direct"] = Field(
+        "auto", description="How each node starts the job. `direct`: the supervisor runs the command itself with "
+        "torchrun's environment (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT, ...), skipping torchrun's agent and its "
+        "seconds of start-up; one node and one process only. `torchrun`: always under torchrun. `auto`: direct "
+        "exactly when the job is one node × one process, torchrun otherwise."
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -129,6 +136,15 @@ class Launch(Frozen):
         if sum(sizes) > MAX_COMMAND:
             raise ValueError(f"the command is {size_text(sum(sizes))} in all; orch allows {size_text(MAX_COMMAND)} "
                              "— put long arguments in a file in the workspace")
+        return value
+
+    @field_validator("launcher")
+    @classmethod
+    def _direct_is_one_process(cls, value: str, info: ValidationInfo) -> str:
+        nproc = info.data.get("nproc_per_node")
+        if value == "direct" and isinstance(nproc, int) and nproc > 1:
+            raise ValueError(f"`direct` starts one process, but nproc_per_node is {nproc} — use `torchrun` "
+                             "(or `auto`, which picks torchrun for more than one process)")
         return value
 
 

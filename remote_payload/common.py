@@ -104,7 +104,8 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None,
+                   settled_before_ns: Optional[int] = None) -> Dict[str, Any]:
     """Every regular file of the job folder except orch's own records and temporaries:
     ``{"files": [{"path", "size", "sha256", "mtime_ns"}]}``, sorted by path.
 
@@ -115,6 +116,8 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> D
 
     A file whose size and mtime equal the previous manifest's keeps its hash unread.
     Symlinks are listed nowhere: fetch never follows a link the server made.
+    ``settled_before_ns`` (for a cache of hashes built while the job runs): files modified at
+    or after that time are left out, never read — the job may still be writing them.
     """
     known = {f["path"]: f for f in (previous or {}).get("files", []) if isinstance(f, dict)}
     snapshot = read_json(os.path.join(job_dir, SNAPSHOT))
@@ -138,6 +141,8 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None) -> D
             if not stat.S_ISREG(st.st_mode):
                 continue
             if in_code and _from_snapshot(snap_files, rel[len(CODE_DIR) + 1:], st):
+                continue
+            if settled_before_ns is not None and st.st_mtime_ns >= settled_before_ns:
                 continue
             old = known.get(rel)
             if old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:

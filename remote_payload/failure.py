@@ -20,6 +20,11 @@ Where the facts come from, in order:
 - no summary at all: torchrun itself failed (bad command, rendezvous): its own traceback's
   exception line.
 
+A direct start (one process, no torchrun: ``direct=True``) has no summary: the process is rank
+0 of the node, its exit code is the one the supervisor saw, and the message comes from its own
+output as above — or, when it could not be started at all, from the supervisor's
+``CANNOT_START`` line.
+
 Contract: never raises; the result is one line of printable text, at most ``MAX_REASON``
 characters; everything read from the log or an error file is untrusted and bounded.
 """
@@ -37,6 +42,7 @@ ERROR_FILE_BYTES = 64 * 1024
 MAX_MESSAGE = 300
 MAX_REASON = 480
 START_MARK = "[orch] starting:"
+CANNOT_START = "cannot start:"  # what the supervisor says (as "[orch] cannot start: ...") when a program cannot run
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -171,7 +177,12 @@ def explain(text: str, node_rank: int, exit_code: int) -> str:
     if code < 0:
         return "%s: %s" % (who, signal_text(-code))
     worker = lines[:cut] if cut is not None else lines
-    message = _error_file_message(summary.get("error_file", ""))
+    return _worker_sentence(who, worker, code, _error_file_message(summary.get("error_file", "")), rank)
+
+
+def _worker_sentence(who: str, worker: List[str], code: int, message: Optional[str] = None,
+                     rank: Optional[int] = None) -> str:
+    """``who: message (exit code C)`` from the worker's output (``message`` first if given)."""
     if message is None:
         exceptions = _exception_lines(worker)
         mine = [e for r, e in exceptions if r == rank] if rank is not None else []
@@ -184,11 +195,24 @@ def explain(text: str, node_rank: int, exit_code: int) -> str:
     return "%s: %s (exit code %d)" % (who, one_line(message), code)
 
 
-def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int) -> str:
-    """One line for ``status.json``'s ``reason``: the failure and where the full log is."""
+def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
+    """The failure sentence for a direct start: the one process is rank 0 of node ``node_rank``."""
+    lines = _lines(text)
+    who = "rank 0 on node %d" % node_rank
+    if exit_code < 0:
+        return "%s: %s" % (who, signal_text(-exit_code))
+    mark = "[orch] " + CANNOT_START
+    cannot = [line[len(mark):].strip() for line in lines if line.startswith(mark)]
+    return _worker_sentence(who, lines, exit_code, cannot[-1] if cannot else None)
+
+
+def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int, direct: bool = False) -> str:
+    """One line for ``status.json``'s ``reason``: the failure and where the full log is.
+    ``direct``: the job was started without torchrun (``explain_direct``)."""
     try:
         text = read_tail(os.path.join(job_dir, "logs", "node%d.log" % node_rank))
-        sentence = explain(text, node_rank, exit_code).replace(os.path.join(job_dir, "code") + os.sep, "")
+        sentence = (explain_direct if direct else explain)(text, node_rank, exit_code)
+        sentence = sentence.replace(os.path.join(job_dir, "code") + os.sep, "")
     except Exception:  # noqa: BLE001 - a failure report must never fail the supervisor
         sentence = "job exited with code %d" % exit_code
     return one_line("%s; full log: orch logs %s" % (sentence, job_id), MAX_REASON)

@@ -2,7 +2,9 @@
 
 ``repro/`` in a job folder: ``spec.yaml`` (as written), ``spec.resolved.json``, ``git.json``
 and ``git.diff`` from the laptop at submit; ``environment.json`` (python, torch, CUDA, GPUs)
-and ``pip-freeze.txt`` written by the supervisor on the node.
+and ``pip-freeze.txt`` written by the supervisor on the node, while the job runs (``Recorder``);
+a job shorter than the record reaches its terminal state first, and the record lands a moment
+later (the supervisor refreshes ``manifest.json`` then).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Dict, List, Optional
+import threading
+from typing import Any, Dict, List, Optional, Set
 
 from remote_payload.common import atomic_write_json, read_json
 
@@ -26,29 +29,88 @@ PROBE = (
 )
 
 
-def _run(argv: List[str], timeout: float = 60) -> str:
+class Helpers:
+    """The helper processes a record runs, while they run: ``pids``, changed under ``lock``
+    (held from before a helper is started until its pid is in the set)."""
+
+    def __init__(self) -> None:
+        self.pids: Set[int] = set()
+        self.lock = threading.Lock()
+
+
+def _run(argv: List[str], timeout: float = 60, helpers: Optional[Helpers] = None) -> str:
+    """``argv``'s stdout ('' when it cannot run or times out)."""
+    helpers = helpers or Helpers()
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        with helpers.lock:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, universal_newlines=True)
+            helpers.pids.add(proc.pid)
+    except OSError:
         return ""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out or ""
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return ""
+    finally:
+        with helpers.lock:
+            helpers.pids.discard(proc.pid)
 
 
-def record_environment(job_dir: str, python: str) -> None:
-    """Write environment.json and pip-freeze.txt for this node (each atomically)."""
+def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = None) -> None:
+    """Write environment.json and pip-freeze.txt for this node (each atomically); the helper
+    processes it runs are in ``helpers`` while they run."""
     repro = os.path.join(job_dir, "repro")
     os.makedirs(repro, exist_ok=True)
     env: Dict[str, Any] = {}
     try:
-        env = json.loads(_run([python, "-c", PROBE]) or "{}")
+        env = json.loads(_run([python, "-c", PROBE], 60, helpers) or "{}")
     except ValueError:
         pass
-    env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20).splitlines() if line.startswith("GPU ")]
-    freeze = _run([python, "-m", "pip", "freeze"], 120)
+    env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20, helpers).splitlines() if line.startswith("GPU ")]
+    freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
     tmp = os.path.join(repro, "pip-freeze.txt.tmp.%d" % os.getpid())
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(freeze)
     os.replace(tmp, os.path.join(repro, "pip-freeze.txt"))
     atomic_write_json(os.path.join(repro, "environment.json"), env)
+
+
+class Recorder:
+    """``record_environment`` in a background thread, started beside the job so it never sits
+    between the job's end and its terminal state. It begins ``delay_s`` after it is made (the
+    job's own start-up gets the CPU first) or at ``hurry()``, whichever is first. ``helpers``
+    are the processes it runs (the supervisor keeps them out of the job's process tree);
+    ``wait`` joins it."""
+
+    def __init__(self, job_dir: str, python: str, delay_s: float = 0.0) -> None:
+        self.helpers = Helpers()
+        self.error: Optional[BaseException] = None
+        self.go = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(job_dir, python, delay_s), name="orch-repro",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, job_dir: str, python: str, delay_s: float) -> None:
+        self.go.wait(delay_s)
+        try:
+            record_environment(job_dir, python, self.helpers)
+        except Exception as exc:  # noqa: BLE001 - a record that cannot be written never fails the job
+            self.error = exc
+
+    def hurry(self) -> None:
+        """Begin now if still waiting (the job ended)."""
+        self.go.set()
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def wait(self) -> None:
+        self.hurry()
+        self.thread.join()
 
 
 FROM_LAPTOP = ("spec.yaml", "spec.resolved.json", "git.json", "git.diff")

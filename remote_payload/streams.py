@@ -2,7 +2,9 @@
 
 ``follow`` frames: 1 type byte + 4-byte big-endian length + payload. ``D`` data, ``H``
 heartbeat (sent when the log is quiet, so the laptop can tell a quiet job from a stalled
-connection), ``E`` end (the job is terminal and the log drained).
+connection), ``E`` end (the job is terminal and the log drained). A followed ``E`` carries the
+node's terminal status as JSON (what ``agent status`` reports for it), so the laptop needs no
+further round trip; it is empty when the status is not terminal (lost, unknown) or too large.
 
 ``send`` frames: a JSON header line {path, offset, size}, then ``size`` raw bytes; a final
 ``{"end": true}`` line. ``size`` is at most the requested size less the offset, so a file
@@ -16,9 +18,14 @@ import json
 import os
 import struct
 import time
-from typing import IO, Any, Callable, Dict, List
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
-POLL_S = 0.2
+from remote_payload.common import TERMINAL
+from remote_payload.jobstate import last_metrics, read_status
+
+POLL_S = 0.05  # how often a followed log is read, and status.json looked at (one stat)
+FINISHED_EVERY_S = 1.0  # ``finished()`` is asked at least this often, and whenever status.json changed
+MAX_FINAL = 512 << 10  # the largest status an E frame carries (the laptop takes frames up to 1 MiB)
 
 
 class StreamError(Exception):
@@ -29,12 +36,35 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
     return kind + struct.pack(">I", len(payload)) + payload
 
 
+def _stat_key(path: str) -> Optional[Tuple[int, int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool], follow: bool,
            heartbeat_s: float) -> None:
-    """Stream ``path`` from ``offset``; with ``follow``, until ``finished()`` and drained."""
+    """Stream ``path`` (``<job_dir>/logs/nodeN.log``) from ``offset``; with ``follow``, until
+    ``finished()`` and drained.
+
+    The end is noticed within ``POLL_S`` of the terminal state being written: ``finished()``
+    (a full status probe) is asked whenever the job's ``status.json`` changed (it is replaced
+    atomically, so its inode changes with every write) and at least every
+    ``FINISHED_EVERY_S`` (a vanished supervisor changes no file). The log is drained after
+    ``finished()`` said yes, so every line written before the terminal state is sent."""
+    status_path = os.path.join(os.path.dirname(os.path.dirname(path)), "status.json")
     quiet_since = time.time()
+    seen: Optional[Tuple[int, int, int]] = None
+    asked = 0.0
     while True:
-        done = not follow or finished()
+        done = not follow
+        if follow:
+            key, now = _stat_key(status_path), time.time()
+            if key != seen or now - asked >= FINISHED_EVERY_S:
+                seen, asked = key, now
+                done = finished()
         sent = False
         try:
             with open(path, "rb") as f:
@@ -49,7 +79,7 @@ def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool],
         except FileNotFoundError:
             pass
         if done:
-            out.write(frame(b"E"))
+            out.write(frame(b"E", final_status(path) if follow else b""))
             out.flush()
             return
         now = time.time()
@@ -60,6 +90,25 @@ def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool],
             quiet_since = now
         out.flush()
         time.sleep(POLL_S)
+
+
+def final_status(path: str) -> bytes:
+    """The terminal status of the job whose log is ``path``, as ``agent status`` reports it
+    (status.json read typed and bounded by ``jobstate.read_status``, with the newest metrics
+    row); b'' when it is not terminal (the laptop then asks) or its JSON is over ``MAX_FINAL``."""
+    job_dir = os.path.dirname(os.path.dirname(path))
+    try:
+        st = read_status(os.path.join(job_dir, "status.json"))
+        if not isinstance(st, dict) or st.get("state") not in TERMINAL:
+            return b""
+        st["job_id"] = os.path.basename(job_dir)
+        metrics = last_metrics(os.path.join(job_dir, "metrics.jsonl"))
+        if metrics is not None:
+            st["metrics"] = metrics
+        data = json.dumps(st).encode("utf-8")
+    except Exception:  # noqa: BLE001 - the laptop asks for the status itself
+        return b""
+    return data if len(data) <= MAX_FINAL else b""
 
 
 def tail_offset(path: str, lines: int) -> int:

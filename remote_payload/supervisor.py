@@ -1,10 +1,17 @@
-"""The per-node supervisor: setup, then the job under torchrun, then manifest and state.
+"""The per-node supervisor: setup, then the job (under torchrun, or started directly), then
+manifest and state.
 
 Started detached (new session, all three streams redirected) by ``agent.py launch``, so it
 survives the SSH session ending and SIGHUP. Standard library only. Contract (docs/architecture.md):
 
 - ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
   exit code, reason. A terminal state is written only after ``manifest.json`` is complete.
+- The end is fast: the recorded environment (``repro.Recorder``) and a manifest of what the job
+  has written so far (``ManifestCache``) are made while the job runs, so after its last process
+  exits only new or changed files are hashed before the terminal state. A record still running
+  then is not waited for: it lands a moment later and ``manifest.json`` is refreshed with it.
+- A direct start (the plan's ``direct``: one node, one process) runs ``argv`` itself with the
+  environment torchrun would give that one worker (``direct_env``).
 - ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
   only ever appended to, so readers can follow it by byte offset.
 - SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
@@ -23,14 +30,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote_payload import failure, metricswatch, onfinish, proctree, repro  # noqa: E402
+from remote_payload.launcher import direct_env, free_port  # noqa: E402
+from remote_payload.manifests import Flock, ManifestCache  # noqa: E402
 from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
 
 
+RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
 TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")
 TRAINER_NEEDS = ("the built-in trainer needs %s on this host's python: add to the job's setup: "
                  "python -m pip install transformers peft safetensors pydantic")
@@ -45,6 +55,9 @@ class Supervisor:
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
         self.child: Optional[subprocess.Popen] = None
+        self.recorder: Optional[repro.Recorder] = None
+        self.manifests: Optional[ManifestCache] = None
+        self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
         old = read_json(self.status_path) or {}
         self.status: Dict[str, Any] = {
             "job_id": self.job["job_id"], "node_rank": node_rank, "state": "setting_up",
@@ -58,7 +71,7 @@ class Supervisor:
     # -- state -------------------------------------------------------------------------
     def update(self, **fields: Any) -> None:
         with self.lock:
-            procs = proctree.descendants(os.getpid()) if self.child is not None else []
+            procs = self.job_procs() if self.child is not None else []
             self.status.update(fields, heartbeat=time.time(), procs=[list(p) for p in procs])
             atomic_write_json(self.status_path, self.status)
 
@@ -81,7 +94,19 @@ class Supervisor:
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:
-        proctree.stop([p for p in proctree.descendants(os.getpid()) if p[0] != os.getpid()], grace)
+        proctree.stop(self.job_procs(), grace)
+
+    def job_procs(self) -> List[proctree.Proc]:
+        """The job's process tree: every descendant of this supervisor (orphaned workers
+        re-parent here) except the environment recorder's helper processes."""
+        if self.recorder is None:
+            return proctree.descendants(os.getpid())
+        with self.recorder.helpers.lock:  # no helper starts between the two looks
+            procs = proctree.descendants(os.getpid())
+            helpers = set(self.recorder.helpers.pids)
+        for pid in list(helpers):
+            helpers.update(p for p, _ in proctree.descendants(pid))
+        return [p for p in procs if p[0] not in helpers]
 
     # -- steps -------------------------------------------------------------------------
     def env(self) -> Dict[str, str]:
@@ -96,19 +121,27 @@ class Supervisor:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
         return env
 
-    def run_step(self, argv: List[str], env: Dict[str, str]) -> int:
-        """Run argv in its own process group, output appended to the node log."""
+    def run_step(self, argv: List[str], env: Dict[str, str], started: Optional[Callable[[], None]] = None) -> int:
+        """Run argv in its own process group, output appended to the node log; ``started``
+        is called once it runs. A program that cannot be started is the shell's 127 (not
+        found) or 126, with a ``failure.CANNOT_START`` line in the log saying why."""
         if self.cancelled.is_set():
             return 143
-        self.child = subprocess.Popen(
-            argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        try:
+            self.child = subprocess.Popen(
+                argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
+                stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError as exc:
+            self.say("%s %s: %s" % (failure.CANNOT_START, type(exc).__name__, exc))
+            return 127 if isinstance(exc, FileNotFoundError) else 126
         self.update(pgid=self.child.pid, child_pid=self.child.pid)
         if self.cancelled.is_set():
             self.on_sigterm(signal.SIGTERM, None)
+        if started is not None:
+            started()
         code = self.child.wait()
-        proctree.stop(proctree.descendants(os.getpid()), 5.0)  # nothing of the step outlives it
+        proctree.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
         return code
 
     def setup(self, env: Dict[str, str]) -> int:
@@ -146,14 +179,42 @@ class Supervisor:
         return out.stdout.split()
 
     def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
+        """Write the complete manifest, then the terminal state (under ``manifest_lock``)."""
         self.say("job %s%s" % (state, ": " + reason if reason else ""))
         manifest_path = os.path.join(self.job_dir, "manifest.json")
-        try:
-            atomic_write_json(manifest_path, build_manifest(self.job_dir, read_json(manifest_path)))
-        except OSError as exc:
-            state, reason = "failed", "cannot write manifest.json: %s" % exc
-            self.say(reason)
-        self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+        cached = self.manifests.stop() if self.manifests is not None else None
+        with self.manifest_lock():
+            try:
+                atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
+                self.manifest_written = _file_key(manifest_path)
+            except OSError as exc:
+                state, reason = "failed", "cannot write manifest.json: %s" % exc
+                self.say(reason)
+            self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+
+    def manifest_lock(self) -> Any:
+        """An exclusive lock on the job folder (flock), held by a supervisor while it writes
+        ``manifest.json``: one of an earlier attempt refreshing it late never crosses this one's."""
+        return Flock(self.job_dir)
+
+    def record_late(self) -> None:
+        """The environment record the terminal state did not wait for: wait for it now, then
+        refresh ``manifest.json`` with it — only while the job is still this attempt's and the
+        file is still the one ``finish`` wrote (nobody else's manifest is ever replaced)."""
+        if self.recorder is None or self.recorder.done():
+            return
+        self.recorder.wait()
+        manifest_path = os.path.join(self.job_dir, "manifest.json")
+        with self.manifest_lock():
+            now = read_json(self.status_path) or {}
+            if now.get("attempt") != self.status["attempt"] or now.get("state") not in TERMINAL:
+                return
+            if self.manifest_written is None or _file_key(manifest_path) != self.manifest_written:
+                return
+            try:
+                atomic_write_json(manifest_path, build_manifest(self.job_dir, read_json(manifest_path)))
+            except OSError:
+                pass  # the manifest written at the end stands: complete for what the job wrote
 
     def main(self) -> int:
         proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
@@ -175,19 +236,43 @@ class Supervisor:
             return 1
         if not self.cancelled.is_set():
             self.update(state="running")
+            if self.node.get("direct"):
+                env = direct_env(env, free_port())
             self.say("starting: %s" % shlex.join(self.node["argv"]))
             watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
-            code = self.run_step(list(self.node["argv"]), env)
+            code = self.run_step(list(self.node["argv"]), env, started=self.start_background)
             watcher.stop()
-        repro.record_environment(self.job_dir, sys.executable)  # after setup: what the job ran with
+        if self.recorder is None:  # the job never started: record what it would have run with
+            self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
         if self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
         elif code == 0:
             self.finish("succeeded", 0, None)
         else:
-            self.finish("failed", code, failure.reason(self.job_dir, self.node_rank, self.job["job_id"], code))
+            self.finish("failed", code, failure.reason(self.job_dir, self.node_rank, self.job["job_id"], code,
+                                                       direct=bool(self.node.get("direct"))))
+        late = threading.Thread(target=self.record_late, name="orch-repro-late")  # not a daemon: it is kept
+        late.start()
+        if (self.job.get("on_finish") or {}).get("shutdown"):
+            late.join()  # a power-off waits for the record (it waits for `orch fetch` anyway)
         onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
+        late.join()
         return 0
+
+    def start_background(self) -> None:
+        """Once the job runs: record the environment (after setup: what the job runs with) and
+        keep a manifest of what it writes, both beside it."""
+        self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
+        self.manifests = ManifestCache(self.job_dir, float(self.job.get("heartbeat_s", 2.0)),
+                                       read_json(os.path.join(self.job_dir, "manifest.json")))
+
+
+def _file_key(path: str) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def main(argv: Optional[List[str]] = None) -> int:

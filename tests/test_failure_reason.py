@@ -29,15 +29,19 @@ CASES = {
     "notfound": (["bash", "-c", "echo hi; no-such-cmd-xyz --flag"], "no-such-cmd-xyz: command not found (exit code 127)"),
     "killed": (["python", "kill9.py"], "rank 0 on node 0: killed by signal 9 (SIGKILL, out of memory?)"),
     "quiet": (["python", "quiet.py"], "rank 0 on node 0 exited with code 3"),
-    "nobinary": (["no-such-binary-xyz"],
-                 "torchrun: FileNotFoundError: [Errno 2] No such file or directory: 'no-such-binary-xyz' (exit code 1)"),
+    "nobinary": (["no-such-binary-xyz"],  # started directly (one process): the supervisor's exec fails
+                 "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: 'no-such-binary-xyz' "
+                 "(exit code 127)"),
+    "nobinary-torchrun": (["no-such-binary-xyz"],
+                          "torchrun: FileNotFoundError: [Errno 2] No such file or directory: 'no-such-binary-xyz' "
+                          "(exit code 1)"),
     "evil": (["python", "evil.py"], "rank 0 on node 0: RuntimeError: bad"),
 }
 
 
 # `orch submit` refuses `python missing.py` on the laptop, unless the job's setup mentions the
 # file (setup may make it): this one's does not, so the file is missing on the server.
-EXTRA = {"missing": "setup: 'echo missing.py is made by nobody'\n"}
+EXTRA = {"missing": "setup: 'echo missing.py is made by nobody'\n", "nobinary-torchrun": "  launcher: torchrun\n"}
 
 
 def submit_all(orch: Orch, host: str, cases: dict[str, tuple[list[str], str]]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -157,3 +158,33 @@ def run_sync(remote: Remote, ws: Path, exclude: list[str] | None = None, force: 
 def tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+# A job that ticks (argv[1] ticks, default 100000), records each attempt in outputs/, and on
+# SIGTERM leaves checkpoint-<attempt> as a trainer would: cancel/resume tests.
+TICKER = """\
+import os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ["ORCH_JOB_DIR"]) / "outputs"
+out.mkdir(exist_ok=True)
+attempt = len(list(out.glob("attempt-*"))) + 1
+(out / f"attempt-{attempt}-{os.getpid()}").touch()
+def stop(*_):
+    (out / f"checkpoint-{attempt}").touch()  # what a trainer does on SIGTERM
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 100000):
+    print("tick", attempt, i, flush=True)
+    time.sleep(0.2)
+"""
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs at ``mount`` (a disk that fills up), unmounted afterwards."""
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+

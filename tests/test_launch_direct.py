@@ -19,7 +19,7 @@ from orchestrator.plan import HostFacts, build_plan
 from orchestrator.spec import JobSpec
 from remote_payload import proctree
 from remote_payload.common import sha256_file
-from tests.conftest import Orch, write_job
+from tests.conftest import TICKER, Orch, write_job
 
 # What torchrun (--standalone, one process) gives its worker and a direct start gives the same.
 SAME = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
@@ -43,20 +43,6 @@ dist.destroy_process_group()
 print("ENV " + json.dumps(out, sort_keys=True), flush=True)
 """
 
-TICKER = """\
-import os, pathlib, signal, sys, time
-out = pathlib.Path(os.environ["ORCH_JOB_DIR"]) / "outputs"
-out.mkdir(exist_ok=True)
-attempt = len(list(out.glob("attempt-*"))) + 1
-(out / f"attempt-{attempt}-{os.getpid()}").touch()
-def stop(*_):
-    (out / f"checkpoint-{attempt}").touch()
-    sys.exit(143)
-signal.signal(signal.SIGTERM, stop)
-for i in range(100000):
-    print("tick", attempt, i, flush=True)
-    time.sleep(0.2)
-"""
 
 
 def launcher(name: str) -> str:

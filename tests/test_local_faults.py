@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.conftest import Orch, write_job, tmpfs
 
 
 def launched(orch: Orch) -> list[Path]:
@@ -55,11 +55,8 @@ def test_an_unreadable_workspace_file_stops_submit_naming_it(orch: Orch, host: s
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Path:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "small", "8m") as mount:
+        yield mount
 
 
 def test_a_full_disk_during_fetch_names_the_part_file_and_the_fetch_resumes_after_freeing_space(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.conftest import Orch, write_job, tmpfs
 
 def train_job(orch: Orch, host: str, assets: Path, max_steps: int = 40) -> Path:
     ws = orch.cwd / "ws"
@@ -105,11 +105,8 @@ def test_server_restart_is_lost_then_resume_finishes_and_nothing_is_refetched(or
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Path:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "disk", "3m") as mount:
+        yield mount
 
 
 def test_full_disk_fails_clearly_and_freeing_space_recovers(orch: Orch, sshd, tiny_disk: Path) -> None:

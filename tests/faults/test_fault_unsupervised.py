@@ -10,22 +10,8 @@ import signal
 import time
 
 from remote_payload import proctree
-from tests.conftest import Orch, write_job
+from tests.conftest import TICKER, Orch, write_job
 
-TICKER = """\
-import os, pathlib, signal, sys, time
-out = pathlib.Path(os.environ["ORCH_JOB_DIR"]) / "outputs"
-out.mkdir(exist_ok=True)
-attempt = len(list(out.glob("attempt-*"))) + 1
-(out / f"attempt-{attempt}-{os.getpid()}").touch()
-def stop(*_):
-    (out / f"checkpoint-{attempt}").touch()  # what a trainer does on SIGTERM
-    sys.exit(143)
-signal.signal(signal.SIGTERM, stop)
-for i in range(int(sys.argv[1])):
-    print("tick", attempt, i, flush=True)
-    time.sleep(0.2)
-"""
 
 
 def start_ticker(orch: Orch, host: str, name: str, ticks: int) -> tuple[str, dict]:

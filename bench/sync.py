@@ -26,26 +26,13 @@ import common
 from common import machine, median, ssh_argv, table
 
 from orchestrator import sync as syncmod
+from orchestrator import synccache
 from orchestrator.connect import open_transport
 from orchestrator.hosts import Host
 from orchestrator.remote import Remote
 
 N_SMALL, SMALL_SIZE, BIG_SIZE, SEED = 2000, 10 << 10, 50_000_000, 20240601
 ROWS = ("first sync", "no change", "one file changed")
-
-
-def make_workspace(ws: Path) -> list[Path]:
-    """2000 × 10 KiB in 20 folders plus ``data/big.bin`` (50 MB); returns the small files."""
-    rng = random.Random(SEED)
-    small = []
-    for i in range(N_SMALL):
-        path = ws / "src" / f"pkg{i // 100:02d}" / f"mod{i:04d}.bin"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(rng.randbytes(SMALL_SIZE))
-        small.append(path)
-    (ws / "data").mkdir()
-    (ws / "data" / "big.bin").write_bytes(rng.randbytes(BIG_SIZE))
-    return small
 
 
 class Counted:
@@ -55,9 +42,9 @@ class Counted:
         self.channels = 0
         inner = transport.start
 
-        def start(argv: Any) -> Any:
+        def start(argv: Any, **kw: Any) -> Any:
             self.channels += 1
-            return inner(argv)
+            return inner(argv, **kw)
 
         transport.start = start
 
@@ -69,7 +56,7 @@ def orch_sync(host: Host, ws: Path) -> dict[str, float]:
         counted = Counted(transport)
         t1 = time.perf_counter()
         remote = Remote(host, transport)
-        hello = remote.call("hello", syncmod.project_name(ws))
+        hello = synccache.hello(remote, syncmod.project_name(ws))
         t2 = time.perf_counter()
         syncmod.sync(remote, ws, [], hello["sync"])
         t3 = time.perf_counter()
@@ -96,7 +83,7 @@ def main() -> None:
     args = common.link_args(__doc__.split("\n\n")[0])
     with common.sshd_and_proxy("orch-bench-sync-", args) as (tmp, server, proxy):
         ws = tmp / "project"
-        small = make_workspace(ws)
+        small = common.make_workspace(ws, N_SMALL, SMALL_SIZE, BIG_SIZE, SEED)
         print(f"# orch sync vs rsync -az over ssh — {machine()}")
         print(f"workspace: {N_SMALL} × {SMALL_SIZE >> 10} KiB + 1 × {BIG_SIZE / 1e6:.0f} MB; "
               f"median of {args.repeat}; proxy: {args.delay_ms:g} ms each way, {args.mbit:g} Mbit/s each way\n")

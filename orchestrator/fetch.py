@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -135,7 +134,7 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
         with open_transport(host, inventory, never) as transport:
             remote = Remote(host, transport)
             if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything):
-                remote.call("fetched", record.job_id)  # lets on_finish.shutdown go ahead
+                remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
     summary.unselected = [e for e in summary.unselected if e.local not in taken]
     return summary
 
@@ -144,7 +143,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
                 say: Callable[[str], None], extra: list[str], everything: bool) -> bool:
     """Fetch one node's share; True when the job had ended and everything selected is here."""
     host = remote.host
-    manifest = remote.call("manifest", job_id)
+    manifest = remote.call("manifest", job=job_id)
     odd: list[str] = []
     entries = safe_entries(manifest, dest, odd)
     if odd:
@@ -178,9 +177,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         offset = part.stat().st_size if part.is_file() else 0
         requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
     say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
-    proc = remote.start("send", job_id)
-    proc.write(json.dumps(requests).encode())
-    proc.close_stdin()
+    proc = remote.start("send", job=job_id, files=requests)
     reader = FileStream(proc)
     for req in requests:
         header = reader.header()
@@ -199,7 +196,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         summary.fetched.append(entry.local)
     if reader.header() != {"end": True}:
         raise RemoteError(f"{host.name}: the file stream did not end cleanly")
-    proc.wait()
+    remote.finish(proc, "fetch")
     return not running
 
 

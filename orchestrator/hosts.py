@@ -10,15 +10,20 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
 from orchestrator.keys import key_line_problem
-from orchestrator.spec import NAME_RE, InlineHost
 
+if TYPE_CHECKING:
+    from orchestrator.spec import InlineHost
+
+# spec.NAME_RE, repeated so that the inventory does not import the job-file schema (yaml, the
+# trainer's config models): commands that only connect start faster. A test keeps them equal.
+NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 LOCAL = "local"
 DEFAULT_ROOT = "~/orch"
 PRESET_ROOTS = {"autodl": "/root/autodl-tmp/orch"}

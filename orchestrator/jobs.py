@@ -16,14 +16,12 @@ from typing import Any, Callable, Sequence, TypeVar
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
-from orchestrator.plan import GRACE_S
 from orchestrator.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.remote import Remote
+from remote_payload.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINAL
 
 T = TypeVar("T")
 R = TypeVar("R")
-TERMINAL = ("succeeded", "failed", "cancelled")
-ACTIVE_ORDER = ("running", "setting_up", "pending")
 STOP_GRACE_S = 10.0
 
 
@@ -40,9 +38,20 @@ def nodes_of(record: JobRecord, inventory: Inventory) -> list[Host]:
     return [inventory.get(name) for name in record.hosts]
 
 
-def call_node(host: Host, inventory: Inventory, command: str, *args: str, timeout: float = 300) -> Any:
+def call_node(host: Host, inventory: Inventory, op: str, *, timeout: float = 300, **args: Any) -> dict[str, Any]:
+    """Request ``op`` (``remote_payload/protocol.py``) of one host on a connection of its own."""
     with open_transport(host, inventory, never) as transport:
-        return Remote(host, transport).call(command, *args, timeout=timeout)
+        return Remote(host, transport).call(op, timeout=timeout, **args)
+
+
+def statuses(host: Host, inventory: Inventory, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each of ``job_ids``' status on ``host`` (checked by the protocol); ``RemoteError``
+    when the reply leaves one out."""
+    jobs = call_node(host, inventory, "status", jobs=job_ids)["jobs"]
+    missing = [j for j in job_ids if j not in jobs]
+    if missing:
+        raise RemoteError(f"{host.name}: the status reply leaves out {', '.join(missing[:3])}")
+    return {j: jobs[j] for j in job_ids}
 
 
 def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
@@ -51,7 +60,7 @@ def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
     if all(s == "succeeded" for s in states):
         state = "succeeded"
     else:
-        state = next((s for s in ("failed", "lost", "cancelled", *ACTIVE_ORDER, "unknown") if s in states), "unknown")
+        state = next((s for s in ("failed", "lost", "cancelled", *ACTIVE, "unknown") if s in states), "unknown")
     first = per_node[0]
     out = dict(first, state=state)
     if any(s.get("unsupervised") for s in per_node):
@@ -77,7 +86,8 @@ def _stop_stragglers(record: JobRecord, hosts: list[Host], inventory: Inventory,
         return per_node
 
     def stop(i: int) -> dict[str, Any]:
-        status = call_node(hosts[i], inventory, "cancel", record.job_id, str(STOP_GRACE_S), timeout=STOP_GRACE_S + 60)
+        status = call_node(hosts[i], inventory, "cancel", job=record.job_id, grace=STOP_GRACE_S,
+                           timeout=STOP_GRACE_S + 60)
         return dict(status, reason=f"stopped because another node {broken[0]['state']}")
 
     stopped = dict(zip(running, parallel(stop, running)))
@@ -87,8 +97,10 @@ def _stop_stragglers(record: JobRecord, hosts: list[Host], inventory: Inventory,
 def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
             warn: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """Statuses for ``records``: one connection per host for all its unfinished jobs;
-    finished jobs and unreachable hosts keep the registry's word (marked ``stale``)."""
-    out = {r.job_id: dict(r.detail, state=r.state, job_id=r.job_id) for r in records}
+    finished jobs (``TERMINAL``) keep the registry's word and cost no connection, and
+    unreachable hosts' jobs keep it too (marked ``stale``). A job seen terminal here is
+    recorded with its whole status (state, reason, metrics) for later calls."""
+    out = {r.job_id: r.status() for r in records}
     pending = [r for r in records if r.state not in TERMINAL]
     by_host: dict[str, list[str]] = defaultdict(list)
     for r in pending:
@@ -98,13 +110,12 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
 
     def ask(name: str) -> None:
         try:
-            jobs = call_node(inventory.get(name), inventory, "status", *by_host[name])["jobs"]
+            jobs = statuses(inventory.get(name), inventory, by_host[name])
         except (HostError, UsageError, RemoteError) as exc:
             warn(f"warning: {str(exc).splitlines()[0]}")
             return
         for job_id, status in jobs.items():
-            if isinstance(status, dict) and isinstance(status.get("state"), str):
-                answers[(name, job_id)] = status
+            answers[(name, job_id)] = status
 
     parallel(ask, list(by_host))
     for r in pending:
@@ -125,10 +136,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
 def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[str, Any]:
     """The job's aggregated status, asked of every node now (raises if a node is unreachable)."""
     hosts = nodes_of(record, inventory)
-    per_node = parallel(lambda h: call_node(h, inventory, "status", record.job_id)["jobs"][record.job_id], hosts)
-    for status in per_node:
-        if not isinstance(status, dict) or not isinstance(status.get("state"), str):
-            raise RemoteError(f"unreadable status for {record.job_id}")
+    per_node = parallel(lambda h: statuses(h, inventory, [record.job_id])[record.job_id], hosts)
     status = aggregate(_stop_stragglers(record, hosts, inventory, per_node))
     registry.update(record.job_id, status["state"], status)
     return status
@@ -137,7 +145,8 @@ def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[s
 def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: float = GRACE_S) -> dict[str, Any]:
     """SIGTERM then SIGKILL on every node at once; returns the aggregated final status."""
     hosts = nodes_of(record, inventory)
-    per_node = parallel(lambda h: call_node(h, inventory, "cancel", record.job_id, str(grace), timeout=grace + 120), hosts)
+    per_node = parallel(lambda h: call_node(h, inventory, "cancel", job=record.job_id, grace=grace,
+                                                  timeout=grace + 120), hosts)
     status = aggregate(per_node)
     registry.update(record.job_id, status["state"], status)
     return status
@@ -146,9 +155,9 @@ def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: f
 def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
     """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous)."""
     status = probe(record, inventory, registry)
-    if status["state"] not in ("failed", "lost", "cancelled") and not status.get("unsupervised"):
+    if status["state"] not in RESUMABLE and not status.get("unsupervised"):
         raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed "
                          "(or one whose supervisor died while its processes run: they are stopped first)")
     hosts = nodes_of(record, inventory)
-    parallel(lambda h: call_node(h, inventory, "resume", record.job_id, *(["--whole-job"] if len(hosts) > 1 else [])), hosts)
+    parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1), hosts)
     registry.update(record.job_id, "pending", {})

@@ -9,7 +9,6 @@ agent refuses an id that already exists on the host.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from contextlib import ExitStack
@@ -18,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import repro, runs, transfer
+from orchestrator import repro, runs, synccache, transfer
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
@@ -67,27 +66,24 @@ def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
     listener stands in for torchrun's store); raise naming the pair that cannot."""
     endpoint = plan.nodes[0].argv[plan.nodes[0].argv.index("--rdzv_endpoint") + 1]
     host, _, port = endpoint.rpartition(":")
-    listener = remotes[0].start("listen", port, str(LISTEN_S))
+    listener = remotes[0].start("listen", port=int(port), seconds=LISTEN_S)
     line = b""
-    while not line.endswith(b"\n"):
+    while not line.endswith(b"\n") and len(line) < 4096:
         chunk = listener.read(1)
-        if not chunk:
-            break
+        if not chunk:  # the reply came instead: it says why there is no listener
+            remotes[0].finish(listener, "listening for the rendezvous")
+            raise RemoteError(f"{remotes[0].host.name}: cannot listen for the rendezvous on port {port}")
         line += chunk
-    ready = json.loads(line or b"{}")
-    if not ready.get("ready"):
-        listener.kill()
-        raise RemoteError(f"{remotes[0].host.name}: {ready.get('error', 'cannot listen for the rendezvous')}")
     try:
-        checks = parallel(lambda r: r.call("tcp-check", host, port), remotes[1:])
+        checks = parallel(lambda r: r.call("tcp_check", host=host, port=int(port)), remotes[1:])
     finally:
         listener.close_stdin()
-        listener.wait()
+        remotes[0].finish(listener, "listening for the rendezvous")
     for remote, check in zip(remotes[1:], checks):
         if not check.get("ok"):
             raise RemoteError(
                 f"node {remote.host.name} cannot reach the rendezvous {endpoint} on {remotes[0].host.name}: "
-                f"{check.get('error')}. Set launch.rdzv_host to an address the nodes share (a private network)."
+                f"{check.get('reason')}. Set launch.rdzv_host to an address the nodes share (a private network)."
             )
     say(f"every node reaches the rendezvous {endpoint}")
 
@@ -99,7 +95,7 @@ def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: li
     facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
     port = None
     if len(remotes) > 1 and loaded.spec.launch.rdzv_port is None:
-        port = int(remotes[0].call("free-port")["port"])
+        port = remotes[0].call("free_port")["port"]
     hosts = [r.host for r in remotes]
     return build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
 
@@ -121,7 +117,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
     with ExitStack() as stack:
         remotes = connect_all(hosts, inventory, trust, stack)
-        hellos = parallel(lambda r: r.call("hello", project, "--gpus"), remotes)
+        hellos = parallel(lambda r: synccache.hello(r, project, gpus=True), remotes)
         key = submission_key(loaded, hosts)
         earlier = registry.unconfirmed(key)
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
@@ -174,11 +170,7 @@ def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: S
 
     def launch(rank: int) -> dict[str, Any]:
         request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, **extra}
-        proc = remotes[rank].start("launch")
-        proc.write(json.dumps(request).encode())
-        pause("launch-sent")  # the server holds the whole request; it acts on EOF, even a dropped link's
-        proc.close_stdin()
-        return remotes[rank].finish(proc, "launch")
+        return remotes[rank].call("launch", request=request)
 
     replies = parallel(launch, range(len(remotes)))
     if any(r.get("existing") for r in replies):
@@ -193,14 +185,14 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
     snapshot (hard-linked on each host), not today's workspace."""
     with ExitStack() as stack:
         first = connect_all([inventory.get(record.hosts[0])], inventory, trust, stack)[0]
-        shown = first.call("show", record.job_id)
+        shown = first.call("show", job=record.job_id)
         if not isinstance(shown.get("spec_text"), str):
             raise UsageError(f"{record.job_id} has no recorded spec on {first.host.name}: it cannot be rerun")
         loaded = parse_spec(shown["spec_text"], Path(record.spec_path))
         hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
         project = syncmod.project_name(loaded.workspace_dir)
-        hellos = parallel(lambda r: r.call("hello", "-", "--gpus"), remotes)
+        hellos = parallel(lambda r: r.call("hello", gpus=True), remotes)
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
         plan = plan_for(loaded, project, remotes, hellos, job_id)
         registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)

@@ -18,13 +18,14 @@ import time
 from typing import Any, Callable
 
 from orchestrator.connect import never, open_transport
-from orchestrator.errors import CommandFailed, HostError, RemoteError, UsageError
+from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
-from orchestrator.jobs import TERMINAL, aggregate, nodes_of, parallel, probe
+from orchestrator.jobs import aggregate, nodes_of, parallel, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
+from orchestrator.session import StreamCall
 from orchestrator.termtext import CleanDecoder, clean
-from orchestrator.transport.base import Process, Result
+from remote_payload.protocol import TERMINAL
 
 MAX_BACKOFF_S = 30.0
 MAX_REASON = 500  # characters of a server's reason printed at the end of a followed log
@@ -47,8 +48,8 @@ def final_line(job_id: str, status: dict[str, Any]) -> str:
 class _Frames:
     """Reads ``follow``'s frames; a silence longer than ``timeout`` is a lost connection."""
 
-    def __init__(self, proc: Process, timeout: float) -> None:
-        self.proc, self.buf = proc, b""
+    def __init__(self, remote: Remote, proc: StreamCall, timeout: float) -> None:
+        self.remote, self.proc, self.buf = remote, proc, b""
         if hasattr(proc, "settimeout"):
             proc.settimeout(timeout)
 
@@ -58,8 +59,9 @@ class _Frames:
                 chunk = self.proc.read(max(65536, n - len(self.buf)))
             except socket.timeout:
                 raise HostError("no data or heartbeat from the server: the connection stalled") from None
-            if not chunk:
-                raise HostError("the log stream ended early (connection lost?)")
+            if not chunk:  # the reply came before the end frame: it says why
+                self.remote.finish(self.proc, "reading the log")
+                raise RemoteError(f"{self.remote.host.name}: the log stream ended without its end frame")
             self.buf += chunk
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
@@ -94,10 +96,10 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
             with open_transport(host, inventory, never) as transport:
                 remote = Remote(host, transport)
                 if offset is None:
-                    offset = int(remote.call("tail-offset", record.job_id, str(node), str(tail))["offset"])
-                proc = remote.start("follow", record.job_id, str(offset), str(node), "1" if follow else "0",
-                                    str(HEARTBEAT_S))
-                frames = _Frames(proc, 3 * HEARTBEAT_S)
+                    offset = remote.call("tail_offset", job=record.job_id, node=node, lines=tail)["offset"]
+                proc = remote.start("follow", job=record.job_id, offset=offset, node=node, follow=follow,
+                                    heartbeat=HEARTBEAT_S)
+                frames = _Frames(remote, proc, 3 * HEARTBEAT_S)
                 backoff = 0.5
                 while True:
                     kind, data = frames.next()
@@ -107,9 +109,7 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
                     if kind == b"D":
                         offset += len(data)
                         write(decoder.feed(data))
-                code = proc.wait()
-                if code != 0:
-                    raise CommandFailed(Result(host.name, proc.command, code, b"", proc.stderr), "reading the log")
+                remote.finish(proc, "reading the log")
                 write(decoder.feed(b"", final=True))
                 return final
         except HostError as exc:

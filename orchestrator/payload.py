@@ -1,8 +1,8 @@
 """``remote_payload`` shipped content-addressed, and the bootstrap that runs its agent.
 
-Every remote call is ``[python, "-c", BOOT, root, hash, command, *args]``: BOOT finds
+Every helper is ``[python, "-c", BOOT, root, hash, "serve"]``: BOOT finds
 ``<root>/payload/<hash>/remote_payload`` (exit 97 when it is missing), puts it on
-``sys.path`` and runs ``agent.main``. ``install`` unpacks a tar from stdin into a temp
+``sys.path`` and runs ``serve.main`` (requests in sessions: ``remote_payload/protocol.py``). ``install`` unpacks a tar from stdin into a temp
 folder and renames it into place, so a payload folder is complete or absent. When it cannot
 create that folder (root not writable) it exits 98 with one stderr line
 ``orch-root-unwritable<TAB>expanded root<TAB>reason`` and no traceback.
@@ -46,7 +46,7 @@ if sys.argv[3] == "install":
 if not os.path.isfile(os.path.join(d, "remote_payload", "agent.py")):
     sys.exit(97)
 sys.path.insert(0, d)
-from remote_payload.agent import main
+from remote_payload.serve import main
 sys.exit(main(root, d, sys.argv[3:]))
 """.strip()
 

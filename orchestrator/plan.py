@@ -19,9 +19,9 @@ from orchestrator.errors import UsageError
 from orchestrator.hosts import Host
 from orchestrator.presets import PRESETS, preset_env, preset_setup
 from orchestrator.spec import Frozen, JobSpec
+from remote_payload.protocol import GRACE_S
 
 HEARTBEAT_S = 2.0
-GRACE_S = 30.0
 JOIN_TIMEOUT_S = 300
 
 

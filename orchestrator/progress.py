@@ -4,6 +4,7 @@ line of ``orch logs -f`` / ``orch submit --follow``.
 Everything here is derived from what the server already reports (the status record with
 the last line of ``metrics.jsonl``, and the streamed log text): no extra round trip.
 ``row_fields`` and ``status_lines`` are pure; ``FollowBar`` only draws on a terminal.
+rich is imported by ``FollowBar`` only: ``orch status`` of finished jobs never loads it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import math
 import re
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from orchestrator.registry import short_ids
 from orchestrator.table import Column, fit
 from orchestrator.termtext import clean
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # The built-in trainer's progress line (remote_payload/train.py, ``report``):
 #   step 20/100 | epoch 0 | loss 2.3456 | lr 4.00e-03 | grad norm 1.234 | 5210 tok/s | 812 MiB
@@ -59,6 +60,21 @@ class JobProgress:
     elapsed_s: float
     eta_s: float | None
     cost: float | None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobProgress | None":
+        """The inverse of ``dataclasses.asdict`` for a recorded row (``Registry.record_final``);
+        None when ``data`` is not exactly such a row (another version's, or damaged)."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names or not isinstance(data["state"], str):
+            return None
+        ints = ("nodes", "step", "total")  # nodes and elapsed_s are never None
+        if not all(type(data[n]) is int or (data[n] is None and n != "nodes") for n in ints):
+            return None
+        floats = names - {"state", *ints}
+        if not all(_num(data[n]) is not None or (data[n] is None and n != "elapsed_s") for n in floats):
+            return None
+        return cls(**data)
 
     def cells(self) -> list[str]:
         step = "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
@@ -143,6 +159,8 @@ class FollowBar:
     text that ``wrap``'s writer passes through. Use as a context manager."""
 
     def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
         self._partial = ""
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -1,7 +1,14 @@
 """The local job registry: SQLite under ``ORCH_HOME`` (WAL, busy timeout).
 
 Safe with several ``orch`` processes at once: every write is one short transaction.
-It caches what the hosts say; the hosts' ``status.json`` files stay the truth.
+It caches what the hosts say; the hosts' ``status.json`` files stay the truth — until a job is
+terminal (``TERMINAL``): a job never leaves those states by itself, so the record is then the
+job's final word and ``orch status`` renders it without asking the host. Beside the status
+(``detail``) a terminal job keeps its final status row (``final``: what ``orch status`` showed
+when it first saw the job terminal, with the step total and cost that needed the spec and the
+inventory); it is kept while the job stays in that state and dropped when the state changes.
+Light on purpose: sqlite3 and the standard library only, so ``orch status`` of finished jobs
+starts fast.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from typing import Any, Iterable, Iterator
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home
+from remote_payload import protocol
 
+TERMINAL = protocol.TERMINAL  # a job never leaves these states by itself
 SUBMITTING = "submitting"  # reserved by a submit that has not yet seen its launch confirmed
 LISTED = 8  # ids an ambiguous prefix's error names before "and N more"
 _ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # plan.make_job_id: <name>-<yyyymmdd-hhmmss>-<4 hex>
@@ -37,6 +46,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 )
 """
 COLUMNS = {"job_id", "name", "spec_path", "hosts", "job_dir", "created", "state", "detail", "updated"}
+# The final status row lives inside ``detail`` under this key (no new column: an older orch
+# sharing this ORCH_HOME keeps working); ``JobRecord.detail`` never shows it.
+FINAL_KEY = "_orch_final_row"
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,12 @@ class JobRecord:
     created: float
     state: str
     detail: dict[str, Any]
+    final: dict[str, Any] | None = None  # the final status row of a terminal job, once recorded
+
+    def status(self) -> dict[str, Any]:
+        """The job's status as last recorded (what ``orch status`` shows when it does not ask
+        the host): ``detail`` with the record's ``state`` and ``job_id``."""
+        return dict(self.detail, state=self.state, job_id=self.job_id)
 
 
 class Registry:
@@ -109,11 +127,36 @@ class Registry:
         return None
 
     def update(self, job_id: str, state: str, detail: dict[str, Any] | None = None) -> None:
+        """Record the job's ``state`` and status ``detail``. A recorded final row is kept
+        when the state stays the same terminal state (``orch logs`` of a finished job records
+        the same end again) and dropped otherwise (``orch resume``)."""
+        detail = {k: v for k, v in (detail or {}).items() if k != FINAL_KEY}
         with closing(self._connect()) as db, db:
+            db.execute("BEGIN IMMEDIATE")  # read the old row and write the new one as one step
+            row = db.execute("SELECT state, detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            kept = row is not None and row[0] == state and state in TERMINAL
+            final = _final(_loads(row[1]).get(FINAL_KEY)) if kept else None
+            if final is not None:
+                detail[FINAL_KEY] = final
             db.execute(
                 "UPDATE jobs SET state=?, detail=?, updated=? WHERE job_id=?",
-                (state, json.dumps(detail or {}), time.time(), job_id),
+                (state, json.dumps(detail), time.time(), job_id),
             )
+
+    def record_final(self, job_id: str, state: str, row: dict[str, Any]) -> bool:
+        """Keep ``row`` (JSON-able) as the final status row of a job recorded as terminal
+        ``state``; nothing when its state is another by now. True when it was recorded."""
+        if state not in TERMINAL:
+            return False
+        with closing(self._connect()) as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            found = db.execute("SELECT detail FROM jobs WHERE job_id=? AND state=?", (job_id, state)).fetchone()
+            if found is None:
+                return False
+            detail = _loads(found[0])
+            detail[FINAL_KEY] = row
+            db.execute("UPDATE jobs SET detail=? WHERE job_id=?", (json.dumps(detail), job_id))
+        return True
 
     def _rows(self, where: str = "", args: tuple[Any, ...] = ()) -> Iterator[JobRecord]:
         with closing(self._connect()) as db:
@@ -122,7 +165,10 @@ class Registry:
                 + where + " ORDER BY created", args
             ).fetchall()
         for r in rows:
-            yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], json.loads(r[7]))
+            detail = _loads(r[7])
+            final = _final(detail.pop(FINAL_KEY, None))
+            yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], detail,
+                            final if r[6] in TERMINAL else None)
 
     def all(self) -> list[JobRecord]:
         return list(self._rows())
@@ -141,6 +187,19 @@ class Registry:
         more = f", and {len(matches) - LISTED} more" if len(matches) > LISTED else ""
         raise UsageError(f"{job_id!r} matches several jobs ({len(matches)}): "
                          + ", ".join(m.job_id for m in matches[:LISTED]) + more + "; give more of the id")
+
+
+def _loads(text: str) -> dict[str, Any]:
+    """A ``detail`` column as a dict (``{}`` for anything else)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _final(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def short_ids(ids: Iterable[str]) -> dict[str, str]:

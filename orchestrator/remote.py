@@ -1,8 +1,12 @@
-"""``Remote``: the agent's commands as Python calls over one ``Transport``.
+"""``Remote``: a host's helper as Python calls, over one ``Transport``.
 
-The payload is installed on first use (one extra round trip per host and orch version).
-An agent failure becomes ``RemoteError``/``CommandFailed`` (exit 4); output from the server
-is parsed as untrusted JSON.
+Requests (``remote_payload/protocol.py``) go through helper sessions: one ``serve`` process
+started through the host's login shell (so conda's PATH and the profile's variables are there,
+for the supervisor too) serves every request of this orch command; a second one is started only
+while the first is busy (a stream in progress). The payload is installed on first use (one
+extra round trip per host and orch version). A failure the helper reports becomes
+``RemoteError`` (exit 4) naming the host and the request; a reply that does not match the
+request's row is rejected the same way, never passed on.
 """
 
 from __future__ import annotations
@@ -10,46 +14,39 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, Sequence
+import threading
+from typing import Any
 
-from orchestrator import pythons, shell
-from orchestrator.errors import CommandFailed, RemoteError, RootNotWritable
+from orchestrator import shell
+from orchestrator.errors import CommandFailed, HostError, RemoteError, RootNotWritable
 from orchestrator.hosts import Host
-from orchestrator.termtext import clean
 from orchestrator.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
-from orchestrator.transport.base import Process, Result, Transport
+from orchestrator.session import HelperEnded, Session, StreamCall
+from orchestrator.termtext import clean
+from orchestrator.transport.base import Result, Transport
+from remote_payload import protocol
+from remote_payload.protocol import REPLY, ProtocolError
 
-MAX_JSON_BYTES = 64 << 20
-
-
-# Commands that must see the login environment (conda's PATH, the profile's variables): the
-# supervisor inherits it from launch/resume; hello --gpus counts GPUs as the job will.
-LOGIN_COMMANDS = frozenset({"install", "launch", "resume", "preflight"})
-NOT_RUNNABLE = (126, 127)
 # How the agent reports an OSError ("PermissionError: [Errno 13] Permission denied: '/x'"):
 # permission denied, operation not permitted, read-only file system.
 _WRITE_ERROR = re.compile(r"^(?:PermissionError|OSError): \[Errno (?:1|13|30)\] (?P<reason>[^:]+): '(?P<path>[^']*)'")
 
 
 class Remote:
-    """One host's agent. On an SSH host every command goes through ``bash -l`` until the
-    interpreter's absolute path is known (``hello`` reports it; it is cached under
-    ``ORCH_HOME``); then only ``LOGIN_COMMANDS`` pay for a login shell."""
+    """One host's helper. ``call`` for a request with a reply only; ``start`` + ``finish``
+    for one that streams."""
 
     def __init__(self, host: Host, transport: Transport) -> None:
         self.host, self.transport = host, transport
         self.python = sys.executable if host.kind == "local" else host.python
-        self.direct = None if host.kind == "local" else pythons.get(host)
-        self._installed = False
         self.root_seen: str | None = None  # the expanded root, once ``hello`` reported it
+        self._idle: list[Session] = []
+        self._lock = threading.Lock()
 
-    def argv(self, command: str, *args: str) -> list[str]:
-        tail = ["-c", BOOT, self.host.root, payload_hash(), command, *args]
-        if self.host.kind == "local":
-            return [self.python, *tail]
-        if self.direct is None or command in LOGIN_COMMANDS or (command == "hello" and "--gpus" in args):
-            return shell.login_argv([self.python, *tail])
-        return [self.direct, *tail]
+    def argv(self, command: str = "serve") -> list[str]:
+        """The helper's argv; on an SSH host through ``bash -l``."""
+        argv = [self.python, "-c", BOOT, self.host.root, payload_hash(), command]
+        return argv if self.host.kind == "local" else shell.login_argv(argv)
 
     def install(self) -> None:
         """Send the payload. ``RootNotWritable`` (one line, no command) when the host's root
@@ -61,66 +58,132 @@ class Remote:
                 raise unwritable
         if not result.ok:
             raise CommandFailed(result, f"installing orch's helper with {self.python}")
-        self._installed = True
 
-    def _run(self, command: str, args: Sequence[str], input: bytes | None, timeout: float | None) -> Result:
-        result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
-        if result.exit_code in NOT_RUNNABLE and self.direct is not None:  # the cached interpreter is gone
-            pythons.forget(self.host)
-            self.direct = None
-            result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
-        if result.exit_code == MISSING_EXIT and not self._installed:
-            self.install()
-            result = self.transport.run(self.argv(command, *args), input=input, timeout=timeout)
-        self._installed = True
-        return result
+    # -- sessions ------------------------------------------------------------------------
+    def _open(self) -> Session:
+        """A ready helper session; installs the payload when the host lacks this version."""
+        for attempt in range(2):
+            proc = self.transport.start(self.argv(), warm=attempt == 0)
+            session = Session(proc)
+            try:
+                session.wait_ready()
+                return session
+            except HelperEnded as ended:
+                code = proc.wait()
+                if code == MISSING_EXIT and attempt == 0:
+                    self.install()
+                    continue
+                result = Result(self.host.name, proc.command, code, ended.args[0], proc.stderr)
+                if code == ROOT_EXIT:
+                    unwritable = root_not_writable(self.host, proc.stderr)
+                    if unwritable is not None:
+                        raise unwritable from None
+                raise CommandFailed(result, f"starting orch's helper with {self.python}") from None
+            except ProtocolError as exc:
+                session.kill()
+                raise RemoteError(f"{self.host.name}: {exc}") from None
+        raise AssertionError("unreachable")
 
-    def call(self, command: str, *args: str, input: bytes | None = None, timeout: float | None = 300) -> Any:
-        """Run an agent command and return its parsed JSON object."""
-        result = self._run(command, args, input, timeout)
-        value = parse_json(result)
-        if command == "hello" and isinstance(value, dict) and self.host.kind != "local":
-            found = value.get("python")
-            if isinstance(found, str) and found.startswith("/") and found != self.direct:
-                pythons.put(self.host, found)
-                self.direct = found
-        if isinstance(value, dict) and isinstance(value.get("root"), str) and command == "hello":
+    def _take(self) -> Session:
+        with self._lock:
+            while self._idle:
+                session = self._idle.pop()
+                if not session.broken:
+                    return session
+        return self._open()
+
+    def _give(self, session: Session) -> None:
+        if session.broken:
+            return
+        with self._lock:
+            self._idle.append(session)
+
+    def close(self) -> None:
+        """End the idle helper sessions (the transport's close ends the rest)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for session in idle:
+            session.close()
+
+    # -- requests ------------------------------------------------------------------------
+    def call(self, op: str, *, timeout: float | None = 300, **args: Any) -> dict[str, Any]:
+        """Run request ``op`` and return its checked reply. ``timeout``: seconds until the
+        helper is stopped and ``RemoteError`` says the request did not answer."""
+        if protocol.REQUESTS[op].reads or protocol.REQUESTS[op].writes:
+            raise ValueError(f"{op} streams: use start() and finish()")
+        checked = protocol.check_args(op, args)
+        session = self._take()
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            session.kill()
+
+        timer = threading.Timer(timeout, expire) if timeout is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            session.request(op, checked)
+            kind, payload = session.next_frame()
+            if kind != REPLY:
+                raise ProtocolError(f"a {kind!r} frame instead of the reply")
+            value = session.reply(op, payload)
+        except (HelperEnded, ProtocolError, HostError) as exc:
+            session.broken = True
+            if fired.is_set():
+                raise RemoteError(f"{self.host.name}: {op} did not answer within {timeout:g} s") from None
+            raise self._broken(op, session, exc) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._give(session)
+        return self._checked(op, value)
+
+    def start(self, op: str, **args: Any) -> StreamCall:
+        """Start streaming request ``op`` on a session of its own until its reply."""
+        checked = protocol.check_args(op, args)
+        session = self._take()
+        session.request(op, checked)
+        return StreamCall(session, op, self._give, self._broken)
+
+    def finish(self, call: StreamCall, what: str = "") -> dict[str, Any]:
+        """Read a started request to its reply (discarding streamed bytes left) and return
+        the checked reply."""
+        call.wait()
+        assert call.result is not None
+        return self._checked(call.op, call.result, what)
+
+    def _checked(self, op: str, value: dict[str, Any], what: str = "") -> dict[str, Any]:
+        if "error" in value:
+            raise self._agent_error(what or op, value["error"])
+        if op == "hello":
             self.root_seen = value["root"].rstrip("/") or "/"
-        if isinstance(value, dict) and "error" in value:
-            raise self._agent_error(command, value["error"])
-        if not result.ok:
-            raise CommandFailed(result, f"orch helper '{command}'")
         return value
+
+    def _broken(self, op: str, session: Session, exc: BaseException) -> Exception:
+        """The error for a session that broke during ``op``: a lost link stays a
+        ``HostError``; a helper that died or garbled its reply names the request."""
+        if isinstance(exc, HostError):
+            return exc
+        if isinstance(exc, ProtocolError):
+            session.kill()
+            return RemoteError(f"{self.host.name}: orch's helper answered {op} with a malformed reply: {exc}")
+        session.kill()
+        code = session.proc.wait()
+        return CommandFailed(Result(self.host.name, session.proc.command, code, b"", session.proc.stderr),
+                             f"orch's helper (during {op})")
 
     def _agent_error(self, what: str, message: object) -> RemoteError:
         """The agent's ``{"error": ...}`` as an exception: a permission or read-only error on
         a path under the root that ``hello`` reported is ``RootNotWritable``."""
-        match = _WRITE_ERROR.match(str(message))
+        message = clean(str(message))[:2000]
+        match = _WRITE_ERROR.match(message)
         if match and self.root_seen is not None:
             path = match["path"]
             if path == self.root_seen or path.startswith(self.root_seen.rstrip("/") + "/"):
                 return RootNotWritable(self.host.name, self.root_seen, clean(match["reason"]), self.host.root)
         return RemoteError(f"{self.host.name}: {what} failed: {message}")
-
-    def start(self, command: str, *args: str) -> Process:
-        """Start a streaming agent command (``follow``, ``send``, ``receive``)."""
-        if not self._installed:
-            self.call("hello")
-        return self.transport.start(self.argv(command, *args))
-
-    def finish(self, proc: Process, what: str) -> Any:
-        """Read a started command's JSON reply to the end, like ``call`` does."""
-        chunks = []
-        while chunk := proc.read():
-            chunks.append(chunk)
-        code = proc.wait()
-        result = Result(self.host.name, proc.command, code, b"".join(chunks), proc.stderr)
-        value = parse_json(result)
-        if isinstance(value, dict) and "error" in value:
-            raise self._agent_error(what, value["error"])
-        if not result.ok:
-            raise CommandFailed(result, what)
-        return value
 
 
 def root_not_writable(host: Host, stderr: bytes) -> RootNotWritable | None:
@@ -133,18 +196,6 @@ def root_not_writable(host: Host, stderr: bytes) -> RootNotWritable | None:
             return RootNotWritable(host.name, clean(path)[:300] or host.root, clean(reason)[:200] or "unknown reason",
                                    host.root)
     return None
-
-
-def parse_json(result: Result) -> Any:
-    text = result.stdout[:MAX_JSON_BYTES].decode("utf-8", "replace").strip().splitlines()
-    if not text:
-        if result.ok:
-            raise RemoteError(f"{result.host}: the helper printed nothing")
-        raise CommandFailed(result, "orch helper")
-    try:
-        return json.loads(text[-1])
-    except ValueError:
-        raise CommandFailed(result, "orch helper (unreadable reply)") from None
 
 
 class FileStream:

@@ -49,6 +49,16 @@ class SyncPlan:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     send_bytes: int = 0
     noop: bool = False  # nothing to send, delete or re-record: no round trip needed
+    base: str | None = None  # the generation of the server's record this plan was made from
+    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)  # that record's files
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)  # entries that differ from it
+
+    def control(self) -> dict[str, Any]:
+        """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
+        entry) and the deletions."""
+        if self.base is None:
+            return {"delete": self.delete, "entries": self.entries}
+        return {"delete": self.delete, "base": self.base, "changed": self.changed}
 
 
 def project_name(workspace: Path) -> str:
@@ -189,8 +199,8 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
         same_stat = rec is not None and all(rec.get(k) == entry[k] for k in entry)
         if same_stat:
             entry["sha256"] = rec.get("sha256")
-        else:
-            entry["sha256"] = None if f.link is not None else sha256_of(root / rel)
+        else:  # a new file is hashed while it is sent (the server records the hash of what arrived)
+            entry["sha256"] = None if f.link is not None or rec is None else sha256_of(root / rel)
         unchanged = rec is not None and rec.get("sha256") == entry["sha256"] and rec.get("mode") == f.mode \
             and rec.get("link") == f.link
         plan.entries[rel] = entry
@@ -199,10 +209,12 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
         plan.send.append(rel)
         plan.send_bytes += f.size
     plan.delete = sorted(rel for rel in recorded if rel not in files)
-    plan.noop = not plan.send and not plan.delete and all(
-        {k: v for k, v in recorded[rel].items() if k not in ("rsize", "rmtime_ns")} == entry
-        for rel, entry in plan.entries.items()
-    )
+    generation = remote.get("generation")  # "" stands for "no record yet": every entry is a change
+    plan.base = generation if isinstance(generation, str) else ("" if not recorded else None)
+    plan.recorded = recorded
+    plan.changed = {rel: entry for rel, entry in plan.entries.items()
+                    if rel in plan.send or _laptop_fields(recorded[rel]) != entry}
+    plan.noop = not plan.send and not plan.delete and not plan.changed
     clobber = sorted(edited - pulled) if not force else []
     if clobber:
         raise UsageError(
@@ -211,6 +223,11 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
             + "\nBring them to the laptop with --pull-remote-edits, or pass --force to overwrite them."
         )
     return plan
+
+
+def _laptop_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A record entry without what only the server writes (its own size and mtime)."""
+    return {k: v for k, v in entry.items() if k not in ("rsize", "rmtime_ns")}
 
 
 def sync(remote: "Remote", root: Path, exclude: list[str], state: dict[str, Any], force: bool = False) -> tuple[SyncPlan, dict[str, Any]]:

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator import synccache
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.remote import FileStream, Remote
 from orchestrator.sync import SyncPlan, few, sha256_of
@@ -62,7 +63,7 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
     changed: list[str] = []
     with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=1 << 18) as tar:
         source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
-        control = json.dumps({"delete": plan.delete, "entries": plan.entries, "source": source}).encode()
+        control = json.dumps(dict(plan.control(), source=source)).encode()
         info = tarfile.TarInfo(".orch-sync.json")
         info.size = len(control)
         tar.addfile(info, io.BytesIO(control))
@@ -84,8 +85,9 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
                 reader = _HashingReader(f, before.st_size)
                 tar.addfile(info, reader)
                 after = os.fstat(f.fileno())
-            if reader.short or reader.hash.hexdigest() != entry["sha256"] \
-                    or (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
+                     (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these
+            if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
                 changed.append(rel)
             if progress:
                 progress(before.st_size)
@@ -93,9 +95,11 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
     return changed
 
 
-def _replan(root: Path, plan: SyncPlan, changed: list[str]) -> SyncPlan:
-    """A plan that sends ``changed`` again as they are now (and deletes the vanished ones)."""
-    again = SyncPlan(entries=dict(plan.entries))
+def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
+            recorded: dict[str, Any] | None) -> SyncPlan:
+    """A plan that sends ``changed`` again as they are now (and deletes the vanished ones),
+    as changes to the record ``base`` the last round left (every entry when unknown)."""
+    again = SyncPlan(entries=dict(plan.entries), base=base if recorded is not None else None, recorded=recorded or {})
     for rel in changed:
         path = root / rel
         try:
@@ -108,6 +112,7 @@ def _replan(root: Path, plan: SyncPlan, changed: list[str]) -> SyncPlan:
         again.entries[rel] = dict(plan.entries[rel], size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest)
         again.send.append(rel)
         again.send_bytes += st.st_size
+    again.changed = {rel: again.entries[rel] for rel in again.send}
     return again
 
 
@@ -129,18 +134,22 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
     total: dict[str, Any] = {}
     for _ in range(SEND_ROUNDS):
         value, changed = _send_once(remote, project, root, plan, progress)
+        recorded = synccache.after_receive(remote.host, project, plan.recorded, value) if plan.base is not None else None
+        if recorded is None:
+            synccache.store(remote.host, project, None, {})
         for key, number in value.items():
-            total[key] = total.get(key, 0) + number if isinstance(number, int) else number
+            if key != "changes":
+                total[key] = total.get(key, 0) + number if isinstance(number, int) else number
         if not changed:
             return total
-        plan = _replan(root, plan, changed)
+        plan = _replan(root, plan, changed, value["generation"], recorded)
     raise UsageError(f"these files kept changing while they were sent: {few(changed)} — is a program writing "
                      "them? Stop it, or leave them out of the sync in .orchignore")
 
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
                progress: Callable[[int], None] | None) -> tuple[dict[str, Any], list[str]]:
-    proc = remote.start("receive", project, str(STALL_S))
+    proc = remote.start("receive", project=project, stall_s=STALL_S)
     pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
     outcome: dict[str, Any] = {}
 
@@ -182,9 +191,7 @@ def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str
     """Copy ``paths`` (files orch synced, since edited on the server) from the host's
     workspace into the local one, each written to a temporary and renamed into place."""
     requests = [{"path": p, "offset": 0} for p in paths]
-    proc = remote.start("send-ws", project)
-    proc.write(json.dumps(requests).encode())
-    proc.close_stdin()
+    proc = remote.start("send_ws", project=project, files=requests)
     stream = FileStream(proc)
     base = os.path.realpath(root)
     for req in requests:
@@ -204,5 +211,5 @@ def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str
         os.replace(tmp, target)
     if stream.header() != {"end": True}:
         raise RemoteError(f"{remote.host.name}: the file stream did not end cleanly")
-    proc.wait()
+    remote.finish(proc, "bringing back edited files")
     return paths

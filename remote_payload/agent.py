@@ -1,14 +1,11 @@
-"""Server-side helper: each orch step is one call of this module, one SSH round trip.
+"""Server-side jobs and facts: what the requests of ``serve.py`` do with a host's root.
 
-Run as ``python -c BOOT ROOT HASH COMMAND ...`` (see ``orchestrator/payload.py``), with the
-host's python through a login shell. Standard library only, Python >= 3.8. Commands print
-one JSON object on stdout (``follow`` and ``send`` stream bytes); a user-facing failure
-prints ``{"error": ...}`` and exits 4.
+Standard library only, Python >= 3.8. ``AgentError`` is a failure the user should read (it
+becomes the request's ``{"error": ...}`` reply).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,13 +15,13 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import lease, netcheck, onfinish, proctree, repro, streams, workspace
-from remote_payload.common import (CODE_DIR, SNAPSHOT, TERMINAL, atomic_write_json, boot_id, build_manifest, pid_alive,
-                                   read_json, snapshot_record)
+from remote_payload import proctree, repro, workspace
+from remote_payload.common import (CODE_DIR, SNAPSHOT, atomic_write_json, boot_id, build_manifest, pid_alive, read_json,
+                                   snapshot_record)
+from remote_payload.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
 from remote_payload.jobstate import kill_group, last_metrics, read_status, survivors_of
 
 PENDING_GRACE_S = 30.0
-LOCK_WAIT_S = 300.0  # cancel holds the jobs lock for its grace period (at most a few minutes)
 
 
 class AgentError(Exception):
@@ -41,7 +38,8 @@ class Agent:
         return os.path.join(self.root, "jobs", job_id)
 
     # -- facts and sync -------------------------------------------------------------
-    def hello(self, project: Optional[str] = None, gpus: bool = False) -> Dict[str, Any]:
+    def hello(self, project: Optional[str] = None, gpus: bool = False, known: Optional[str] = None) -> Dict[str, Any]:
+        """Facts about the host; with ``project``, its sync state (``workspace.sync_state``)."""
         out: Dict[str, Any] = {
             "python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
             "root": self.root, "boot_id": boot_id(), "hostname": socket.gethostname(),
@@ -49,7 +47,7 @@ class Agent:
         if gpus:
             out["gpus"] = count_gpus()
         if project:
-            out["sync"] = workspace.sync_state(self.root, project)
+            out["sync"] = workspace.sync_state(self.root, project, known)
         return out
 
     # -- jobs ------------------------------------------------------------------------
@@ -143,7 +141,7 @@ class Agent:
 
     def cancel(self, job_id: str, grace: float) -> Dict[str, Any]:
         st = self.probe(job_id)
-        if st["state"] in TERMINAL or st["state"] == "unknown":
+        if st["state"] in TERMINAL or st["state"] == UNKNOWN:
             return st
         d = self.job_dir(job_id)
         if st["state"] != "lost" and not st.get("unsupervised"):
@@ -154,7 +152,7 @@ class Agent:
             deadline = time.time() + grace + 15
             while time.time() < deadline:
                 st = self.probe(job_id)
-                if st["state"] in TERMINAL or st["state"] == "lost":
+                if st["state"] in TERMINAL or st["state"] == LOST:
                     break
                 time.sleep(0.1)
         if st["state"] not in TERMINAL:  # no supervisor left to do it: do it here
@@ -176,12 +174,12 @@ class Agent:
         st = self.probe(job_id)
         if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
             d = self.job_dir(job_id)
-            grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or 30)
+            grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
             proctree.stop(survivors_of(st), grace)
             if survivors_of(st):
                 raise AgentError("job %s: processes of the earlier attempt do not stop; not resumed" % job_id)
             st = self.probe(job_id)
-        if st["state"] not in ("failed", "lost", "cancelled") + (("succeeded",) if whole_job else ()):
+        if st["state"] not in RESUMABLE + ((SUCCEEDED,) if whole_job else ()):
             raise AgentError("job %s is %s; only a failed, lost or cancelled job can be resumed" % (job_id, st["state"]))
         d = self.job_dir(job_id)
         old = read_json(os.path.join(d, "status.json")) or {}
@@ -215,72 +213,3 @@ def count_gpus() -> int:
     if visible is not None:
         n = min(n, len([v for v in visible.split(",") if v.strip()]))
     return n
-
-
-def fail(message: str) -> int:
-    """A user-facing failure: one JSON line on stdout (after any partial stream), exit 4."""
-    sys.stdout.write("\n" + json.dumps({"error": message}) + "\n")
-    sys.stdout.flush()
-    return 4
-
-
-def main(root: str, payload_dir: str, argv: List[str]) -> int:
-    agent = Agent(root, payload_dir)
-    cmd, args = argv[0], argv[1:]
-    try:
-        held = None  # noqa: F841 - the jobs lease lives as long as this call
-        request = sys.stdin.read() if cmd == "launch" else ""  # all of it before locking: a frozen link stalls no one
-        if cmd in ("launch", "resume", "cancel"):  # bounded work under the lock; a stuck holder is stopped
-            os.makedirs(root, exist_ok=True)
-            held = lease.acquire(os.path.join(root, ".lock"), cmd + " jobs", stall_s=LOCK_WAIT_S, max_wait_s=LOCK_WAIT_S)
-        if cmd == "hello":
-            result: Any = agent.hello(args[0] if args and args[0] != "-" else None, "--gpus" in args)
-        elif cmd == "receive":
-            result = workspace.receive(root, args[0], sys.stdin.buffer, float(args[1]) if len(args) > 1 else lease.STALL_S)
-        elif cmd == "launch":
-            result = agent.launch(json.loads(request))
-        elif cmd == "status":
-            result = agent.status(args)
-        elif cmd == "cancel":
-            result = agent.cancel(args[0], float(args[1]))
-        elif cmd == "resume":
-            result = agent.resume(args[0], "--whole-job" in args)
-        elif cmd == "follow":
-            job_id, offset, node, follow, heartbeat = args[0], int(args[1]), int(args[2]), args[3] == "1", float(args[4])
-            finished = lambda: agent.probe(job_id)["state"] in TERMINAL + ("lost", "unknown")  # noqa: E731
-            streams.follow(agent.log_path(job_id, node), offset, sys.stdout.buffer, finished, follow, heartbeat)
-            return 0
-        elif cmd == "tail-offset":
-            result = {"offset": streams.tail_offset(agent.log_path(args[0], int(args[1])), int(args[2]))}
-        elif cmd == "manifest":
-            result = agent.manifest(args[0])
-        elif cmd == "send-ws":  # files of a project's workspace (orch submit --pull-remote-edits)
-            ws = os.path.join(root, "workspace", args[0])
-            streams.send(ws, json.loads(sys.stdin.read()), sys.stdout.buffer)
-            return 0
-        elif cmd == "send":
-            streams.send(agent.job_dir(args[0]), json.loads(sys.stdin.read()), sys.stdout.buffer)
-            return 0
-        elif cmd == "show":
-            result = dict(repro.show(agent.job_dir(args[0])), status=agent.probe(args[0]))
-        elif cmd == "fetched":
-            open(os.path.join(agent.job_dir(args[0]), onfinish.FETCHED), "a").close()
-            result = {"ok": True}
-        elif cmd == "free-port":
-            result = netcheck.free_port()
-        elif cmd == "listen":
-            return netcheck.listen(int(args[0]), float(args[1]))
-        elif cmd == "tcp-check":
-            result = netcheck.tcp_check(args[0], int(args[1]))
-        elif cmd == "preflight":
-            from remote_payload import preflight  # standard library only, like this module
-
-            result = preflight.collect(root, args)
-        else:
-            raise AgentError("unknown agent command %r" % cmd)
-    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy) as exc:
-        return fail(str(exc))
-    except (OSError, ValueError, KeyError) as exc:
-        return fail("%s: %s" % (type(exc).__name__, exc))
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0

@@ -13,7 +13,6 @@ import stat
 import time
 from typing import Any, Dict, Optional
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 CODE_DIR = "code"  # the job's working directory: the workspace snapshot, plus what the job writes there
 SNAPSHOT = "snapshot.json"  # what the snapshot held at launch: {"files": {rel: {"size", "mtime_ns"}}}

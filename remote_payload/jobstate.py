@@ -14,11 +14,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from remote_payload import proctree
-from remote_payload.common import TERMINAL, group_alive, read_json
+from remote_payload.common import group_alive, read_json
+from remote_payload.protocol import ACTIVE, TERMINAL
 
 
 MAX_STATUS_BYTES = 1 << 20
-STATES = ("pending", "setting_up", "running") + TERMINAL
+STATES = ACTIVE + TERMINAL  # the states a status.json may name
 
 
 def read_status(path: str) -> Optional[Dict[str, Any]]:

@@ -78,6 +78,9 @@ def _describe(path: str) -> Dict[str, Any]:
             "started": float(info.get("started") or 0), "idle_s": round(max(idle, 0.0), 1)}
 
 
+HELPER_MARK = "serve"  # in the command line of orch's helper (the only lease holder): never kill a reused pid
+
+
 def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional[float] = None) -> Lease:
     """Take the lease for ``what`` (e.g. ``"receive myproject"``), stopping a stalled holder
     of the same ``what``. Raises ``LeaseBusy`` naming the holder after ``max_wait_s``
@@ -93,7 +96,7 @@ def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional
             pass
         current = _describe(path)
         if current["idle_s"] > stall_s and current["what"] == what and current["pid"] > 0 \
-                and pid_alive(current["pid"], what.split()[0]):
+                and pid_alive(current["pid"], HELPER_MARK):
             try:
                 os.kill(current["pid"], signal.SIGKILL)
                 took_over = current

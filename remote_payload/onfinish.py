@@ -14,7 +14,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List
 
-from remote_payload.common import TERMINAL, pid_alive, read_json
+from remote_payload.common import pid_alive, read_json
+from remote_payload.protocol import TERMINAL
 
 FETCHED = ".fetched"
 def other_jobs_running(root: str, job_id: str) -> List[str]:

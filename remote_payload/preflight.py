@@ -106,9 +106,8 @@ def disk_facts(path: str) -> Dict[str, Any]:
             "free_inodes": st.f_favail, "total_inodes": st.f_files}
 
 
-def collect(root: str, args: List[str]) -> Dict[str, Any]:
-    """Facts about this host. ``args``: optional ``--torch-timeout SECONDS`` (default 60)."""
-    timeout = float(args[args.index("--torch-timeout") + 1]) if "--torch-timeout" in args else 60.0
+def collect(root: str, timeout: float = 60.0) -> Dict[str, Any]:
+    """Facts about this host; ``timeout``: how long the torch probe may take."""
     started = time.time()
     root_disk, system_disk = disk_facts(root), disk_facts("/")
     facts: Dict[str, Any] = {

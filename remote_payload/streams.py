@@ -20,7 +20,7 @@ import struct
 import time
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
-from remote_payload.common import TERMINAL
+from remote_payload.protocol import TERMINAL
 from remote_payload.jobstate import last_metrics, read_status
 
 POLL_S = 0.05  # how often a followed log is read, and status.json looked at (one stat)

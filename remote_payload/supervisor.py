@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from remote_payload import failure, metricswatch, onfinish, proctree, repro  # noqa: E402
 from remote_payload.launcher import direct_env, free_port  # noqa: E402
 from remote_payload.manifests import Flock, ManifestCache  # noqa: E402
-from remote_payload.common import TERMINAL, atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
+from remote_payload.common import atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
+from remote_payload.protocol import GRACE_S, TERMINAL  # noqa: E402
 
 
 RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
@@ -90,7 +91,7 @@ class Supervisor:
         session), SIGKILL whatever is left after ``grace_s``."""
         self.cancelled.set()
         if self.child is not None:
-            grace = float(self.job.get("grace_s", 30))
+            grace = float(self.job.get("grace_s", GRACE_S))
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:

@@ -1,7 +1,11 @@
 """Server side of sync: the per-project record, and receiving a tar stream of changes.
 
 Record: ``<root>/state/sync-<project>.json`` = {"files": {rel: {size, mtime_ns, mode, link,
-sha256 (laptop side), rsize, rmtime_ns (as written here)}}}. Before a receive starts, the
+sha256 (laptop side), rsize, rmtime_ns (as written here)}}, "generation": random token of this
+version, "source": {laptop, path}}. The laptop keeps a copy of the record it last saw
+(``orchestrator/synccache.py``): ``hello`` leaves the files out when the laptop already holds
+that generation, and ``receive`` takes the changes since a generation and answers with the
+changes it recorded, so neither direction sends the whole record again. Before a receive starts, the
 incoming record is journaled as ``sync-<project>.pending.json``, so a file that orch wrote
 in a sync that was cut off is not mistaken for an edit made on the server.
 """
@@ -37,15 +41,22 @@ def _paths(root: str, project: str) -> Dict[str, str]:
             "pending": os.path.join(state, "sync-%s.pending.json" % project)}
 
 
+def workspace_dir(root: str, project: str) -> str:
+    """``<root>/workspace/<project>``; ``SyncError`` for a name that is not one folder."""
+    return _paths(root, project)["ws"]
+
+
 def record(root: str, project: str) -> Dict[str, Any]:
     return (read_json(_paths(root, project)["record"]) or {"files": {}})["files"]
 
 
-def sync_state(root: str, project: str) -> Dict[str, Any]:
+def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str, Any]:
     """The record, plus files edited (content differs from anything orch wrote) or deleted
-    on the server since. Only files whose size or mtime changed are hashed."""
+    on the server since. Only files whose size or mtime changed are hashed. When ``known`` is
+    the record's generation, the files are left out (``same: true``): the laptop has them."""
     p = _paths(root, project)
-    files = record(root, project)
+    whole = read_json(p["record"]) or {}
+    files = whole.get("files") or {}
     pending = (read_json(p["pending"]) or {}).get("entries", {})
     edited: List[str] = []
     missing: List[str] = []
@@ -65,7 +76,10 @@ def sync_state(root: str, project: str) -> Dict[str, Any]:
             ours = digest is not None and digest in (entry.get("sha256"), (pending.get(rel) or {}).get("sha256"))
         if not ours:
             edited.append(rel)
-    out = {"files": files, "edited": sorted(edited), "missing": sorted(missing)}
+    out = {"files": files, "edited": sorted(edited), "missing": sorted(missing), "generation": whole.get("generation")}
+    if known is not None and known == whole.get("generation"):
+        del out["files"]
+        out["same"] = True
     busy = lease.holder(p["record"] + ".lock") if os.path.isdir(os.path.dirname(p["record"])) else None
     if busy is not None:
         out["lock"] = busy
@@ -86,7 +100,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
         raise SyncError("another sync of this workspace is running: %s" % exc)
     if held.took_over is not None or os.path.exists(p["pending"]):
         remove_stale_temporaries(p["ws"])  # an earlier receive was cut off or stopped
-    old = record(root, project)
+    whole = read_json(p["record"]) or {}
+    old = whole.get("files") or {}
     control: Optional[Dict[str, Any]] = None
     received: Dict[str, str] = {}
     written = nbytes = 0
@@ -98,7 +113,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                     if member.name != ".orch-sync.json":
                         raise SyncError("sync stream must start with .orch-sync.json")
                     control = json.loads(tar.extractfile(member).read().decode("utf-8"))
-                    atomic_write_json(p["pending"], {"entries": control["entries"]})
+                    atomic_write_json(p["pending"], {"entries": control.get("changed", control.get("entries"))})
+                    control["entries"] = _entries(control, old)
                     continue
                 dest = safe_join(p["ws"], member.name)
                 clear_way(p["ws"], member.name, old)
@@ -148,9 +164,27 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
             continue  # not here: the record never lists a file it does not have
         files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
     source = control.get("source") if isinstance(control.get("source"), dict) else {}
-    atomic_write_json(p["record"], {"files": files, "source": {k: str(v)[:300] for k, v in source.items()}})
+    generation = os.urandom(8).hex()
+    atomic_write_json(p["record"], {"files": files, "source": {k: str(v)[:300] for k, v in source.items()},
+                                    "generation": generation})
     os.unlink(p["pending"])
-    return {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"]}
+    out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
+    if control.get("base") is not None and control["base"] == (whole.get("generation") or ""):  # the laptop holds ``old``
+        out["changes"] = {rel: files.get(rel) for rel in set(old) | set(files) if old.get(rel) != files.get(rel)}
+    return out
+
+
+def _entries(control: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
+    """The laptop's whole selection: ``entries`` as sent, or the record here with the
+    ``changed`` entries put in and the ``delete``d ones taken out (applied to the record as it
+    is now, even if another sync moved it past the laptop's ``base``: each file's entry is
+    written together with the file, so the record stays true to what is on disk)."""
+    if "changed" not in control:
+        return control["entries"]
+    gone = set(control["delete"])
+    entries = {rel: entry for rel, entry in old.items() if rel not in gone}
+    entries.update(control["changed"])
+    return entries
 
 
 def _copy_hashing(src: IO[bytes], dest: str, progress: Callable[[], None]) -> str:

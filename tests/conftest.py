@@ -20,20 +20,29 @@ from unittest.mock import patch
 import pytest
 
 from orchestrator import sync as syncmod
+from orchestrator import synccache
 from orchestrator.connect import open_transport
 from orchestrator.hosts import Host
 from orchestrator.remote import Remote
 from tests.sshd import SSHServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
+HOLD_IDLE_S = "20"  # connection holders (docs/connections.md) of the tests idle out soon
+
+
+def stop_holders(home: Path) -> None:
+    from orchestrator.holdspawn import stop_holders as stop
+
+    stop(home, wait_s=5)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """ORCH_HOME for code the tests run in-process: never the real user's."""
     home = tmp_path_factory.mktemp("orch-home")
-    with patch.dict(os.environ, {"ORCH_HOME": str(home)}):
+    with patch.dict(os.environ, {"ORCH_HOME": str(home), "ORCH_HOLD_IDLE_S": HOLD_IDLE_S}):
         yield home
+        stop_holders(home)
 
 
 @pytest.fixture(scope="session")
@@ -98,14 +107,17 @@ class Orch:
 
 
 @pytest.fixture
-def orch(tmp_path: Path) -> Orch:
+def orch(tmp_path: Path) -> Iterator[Orch]:
+    """Connection holders a test's commands start are stopped after it (and idle out soon)."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(ORCH_HOME=str(home), PYTHONPATH=str(REPO), ORCH_CONNECT_ATTEMPTS="2",
-               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1")
+               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1", ORCH_HOLD_IDLE_S=HOLD_IDLE_S)
     work = tmp_path / "laptop"
     work.mkdir()
-    return Orch(home, tmp_path / "remote", env, work)
+    yield Orch(home, tmp_path / "remote", env, work)
+    if home.is_dir():
+        stop_holders(home)
 
 
 @pytest.fixture
@@ -151,7 +163,7 @@ def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Remote]:
 
 
 def run_sync(remote: Remote, ws: Path, exclude: list[str] | None = None, force: bool = False):
-    state = remote.call("hello", syncmod.project_name(ws))["sync"]
+    state = synccache.hello(remote, syncmod.project_name(ws))["sync"]
     return syncmod.sync(remote, ws, exclude or [], state, force)
 
 

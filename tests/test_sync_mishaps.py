@@ -107,7 +107,7 @@ def test_a_file_rewritten_while_it_is_sent_is_sent_again_and_the_record_tells_th
     ws = tmp_path / "proj"
     make(ws, {"a.txt": "first", "b.txt": "old b", "gone.txt": "soon deleted"})
     project = syncmod.project_name(ws)
-    state = remote.call("hello", project)["sync"]
+    state = remote.call("hello", project=project)["sync"]
     plan = syncmod.plan_sync(ws, syncmod.select_files(ws, []), state, False)
     assert plan.send == ["a.txt", "b.txt", "gone.txt"]
     (ws / "gone.txt").unlink()
@@ -121,7 +121,7 @@ def test_a_file_rewritten_while_it_is_sent_is_sent_again_and_the_record_tells_th
     transfer.send(remote, project, ws, plan, progress=rewrite_b)
     server = workspace_on(tmp_path, ws)
     assert server_view(server) == {"a.txt": "first", "b.txt": "new b, longer than before"}
-    record = remote.call("hello", project)["sync"]["files"]
+    record = remote.call("hello", project=project)["sync"]["files"]
     for rel in ("a.txt", "b.txt"):
         assert record[rel]["sha256"] == sha256_file(str(server / rel))
     assert "gone.txt" not in record

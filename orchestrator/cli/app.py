@@ -1,31 +1,50 @@
-"""The application object handed to every command, and small output helpers."""
+"""The application object handed to every command, and small output helpers.
+
+Everything costly is opened on first use: the rich consoles (``err``, ``out``), the host
+inventory (pydantic) and the registry. A command that prints plain text and reads only the
+registry — ``orch status`` of finished jobs — loads none of rich, pydantic or paramiko.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from orchestrator.hosts import Inventory
 from orchestrator.registry import Registry
 from orchestrator.termtext import clean
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.hosts import Inventory
+
 
 class App:
-    """Lazily opened inventory and registry; ``say`` writes progress to stderr."""
+    """Lazily opened consoles, inventory and registry; ``say`` writes progress to stderr."""
 
-    def __init__(self) -> None:
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
-        # Piped output (scripts, grep) gets full rows instead of an 80-column wrap.
-        self.out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
+    @cached_property
+    def err(self) -> Console:
+        """rich console on stderr (progress lines, bars)."""
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @cached_property
+    def out(self) -> Console:
+        """rich console on stdout. Piped output (scripts, grep) gets full rows instead of an
+        80-column wrap."""
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
 
     @cached_property
     def inventory(self) -> Inventory:
+        from orchestrator.hosts import Inventory
+
         return Inventory()
 
     @cached_property
@@ -36,8 +55,12 @@ class App:
         """Progress to stderr. ``message`` may carry server text: control characters are
         dropped and it is never read as markup."""
         message = clean(message)
-        self.err.print(f"[dim]orch:[/dim] {escape(message)}", markup=True, highlight=False) if sys.stderr.isatty() \
-            else print(f"orch: {message}", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():
+            from rich.markup import escape
+
+            self.err.print(f"[dim]orch:[/dim] {escape(message)}", markup=True, highlight=False)
+        else:
+            print(f"orch: {message}", file=sys.stderr, flush=True)
 
     def write(self, text: str) -> None:
         sys.stdout.write(text)

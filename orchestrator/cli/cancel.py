@@ -6,7 +6,7 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.jobs import cancel
-from orchestrator.plan import GRACE_S
+from remote_payload.protocol import GRACE_S
 from orchestrator.termtext import clean
 
 

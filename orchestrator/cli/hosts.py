@@ -236,6 +236,26 @@ def ls_cmd(app: App) -> None:
         app.say(f"warning: {error}")
 
 
+@hosts_group.command("disconnect")
+@click.argument("name", required=False)
+@pass_app
+def disconnect_cmd(app: App, name: str | None) -> None:
+    """Close the SSH connection orch keeps warm for NAME (every host without NAME).
+
+    The next command connects directly and starts a new one (docs/connections.md).
+    """
+    from orchestrator.holdspawn import stop_holders
+
+    target = None
+    if name is not None:
+        host = app.inventory.get(name)
+        if host.kind == "local":
+            raise UsageError("`local` has no connection to close")
+        target = host.target
+    count = stop_holders(app.inventory.home, target)
+    app.say(f"closed {count} kept connection{'' if count == 1 else 's'}")
+
+
 @hosts_group.command("rm")
 @click.argument("name")
 @pass_app

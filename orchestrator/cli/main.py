@@ -1,5 +1,9 @@
 """``orch``: the click group, and the one place that maps errors to messages and exit codes.
 
+The group is lazy (``LazyGroup``): a command's module is imported only when that command runs,
+and ``orch --help`` lists the commands from a static table (``COMMAND_TABLE``), so starting ``orch``
+costs click and this module, not pydantic, rich or paramiko.
+
 Exit codes: 0 success · 1 the job failed · 2 invalid input (a broken file of the laptop's
 included: ``LocalFileError``) · 3 cannot reach or authenticate to a host · 4 a remote step
 failed · 130 interrupted. Tracebacks only with ``ORCH_DEBUG=1``.
@@ -14,15 +18,16 @@ reports it as usual; only a thread that died of a bug — not an ``OrchError``, 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
 import threading
+from gettext import gettext as _
 
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import cancel, check, exec, fetch, hosts, logs, plot, resume, show, status, submit, vscode
 from orchestrator.errors import OrchError
 from orchestrator.termtext import clean
 
@@ -41,16 +46,70 @@ Examples:
   orch exec box -- nvidia-smi
 """
 
+# Every command: its module under orchestrator.cli (which lists it in COMMANDS) and the first
+# paragraph of its help, whitespace collapsed — what `orch --help` shortens to one line, so the
+# module is imported only when the command runs. tests/test_cli_start.py checks this table
+# against the real commands (names, modules, help), so it cannot drift.
+COMMAND_TABLE: dict[str, tuple[str, str]] = {
+    "cancel": ("cancel", "Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints), "
+                         "SIGKILL to what is left after the grace period."),
+    "check": ("check", "Validate a job file; exit 2 with file:line:column and the field when it is invalid, "
+                       "when the workspace folder is missing, or when launch.command runs a workspace file that "
+                       "will not be synced (missing, or excluded: the message names the ignore rule). With "
+                       "--remote, also check each host can run it (exit 4 on a blocker)."),
+    "code": ("vscode", "Open the host's synced workspace (or JOB's code snapshot) in VSCode Remote-SSH."),
+    "exec": ("exec", "Run one command on HOST (through its login shell) and exit with its exit code."),
+    "fetch": ("fetch", "Download what the job's `outputs` select, verified by sha256; idempotent."),
+    "hosts": ("hosts", "Manage the host inventory (`local` is built in)."),
+    "logs": ("logs", "Print a job's log; with -f follow it until the job ends."),
+    "ls": ("status", "List all jobs (same as `orch status`)."),
+    "plot": ("plot", "Draw loss (train and eval), lr and tokens/s against step into a PNG."),
+    "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
+    "resume": ("resume", "Relaunch a failed, lost or cancelled job in its own folder; the built-in trainer "
+                         "continues from its latest complete checkpoint."),
+    "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),
+    "show": ("show", "What a job ran with: its spec as written, the git commit and diff of the workspace, the "
+                     "remote python / torch / CUDA / GPUs and pip freeze."),
+    "ssh": ("vscode", "Open a shell on HOST with the system `ssh` (pinned host key, orch's settings)."),
+    "ssh-config": ("vscode", "Print (or --write) the `Host orch-<name>` block for every inventory host."),
+    "status": ("status", "Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost "
+                         "estimate for hosts with a price (orch hosts add ... --price-per-hour)."),
+    "submit": ("submit", "Validate, sync the workspace, set up and launch a job."),
+}
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported when they run (``COMMAND_TABLE``), not when
+    ``orch`` starts: ``orch --help`` lists every command from the table alone, and
+    ``orch status`` loads only what ``status`` needs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMAND_TABLE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its module; None for an unknown name."""
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in COMMAND_TABLE:
+            return command
+        module = importlib.import_module(f"orchestrator.cli.{COMMAND_TABLE[cmd_name][0]}")
+        return next(c for c in module.COMMANDS if c.name == cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """What ``click.Group.format_commands`` writes, from the table: no command imported."""
+        names = self.list_commands(ctx)
+        stand_ins = {name: click.Command(name, help=COMMAND_TABLE[name][1]) if name in COMMAND_TABLE
+                     else super().get_command(ctx, name) for name in names}
+        rows = [(name, cmd) for name, cmd in stand_ins.items() if cmd is not None and not cmd.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section(_("Commands")):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orch")
 def cli() -> None:
     """Run fine-tuning jobs on rented SSH GPU servers from your laptop."""
-
-
-for module in (check, submit, status, logs, cancel, fetch, resume, show, hosts, vscode, exec, plot):
-    for command in module.COMMANDS:
-        cli.add_command(command)
 
 
 THREAD_FAILURES: list[tuple[str, BaseException]] = []  # (thread name, exception): the first only

@@ -28,7 +28,7 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     record = app.registry.get(job)
     host = app.inventory.get(record.hosts[0])
     with open_transport(host, app.inventory, never) as transport:
-        shown = Remote(host, transport).call("show", record.job_id)
+        shown = Remote(host, transport).call("show", job=record.job_id)
     if as_json:
         app.json(shown)
         return

@@ -3,30 +3,46 @@
 The table fits the terminal (``progress.status_lines``): on a terminal its width, when
 piped the ``COLUMNS`` environment variable; piped without ``COLUMNS``, or with ``--wide``,
 everything (full job ids, every column) so scripts get whole rows.
+
+Finished jobs cost nothing: a job recorded as terminal (``registry.TERMINAL``) is never asked
+about again, and its row is the final row recorded when a status first saw it terminal
+(``Registry.record_final``; made then from the recorded status, the spec's step total and the
+host's price). When every listed job is such a job, ``orch status`` connects to no host and
+loads neither the job/host modules (pydantic, paramiko) nor rich: it reads the registry and
+writes plain text.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.live import Live
-from rich.text import Text
 
-from orchestrator import jobs
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.progress import JobProgress, StatusRow, row_fields, status_lines
-from orchestrator.spec import load_spec
+from orchestrator.registry import TERMINAL, JobRecord
 from orchestrator.termtext import clean
 
-def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
-    """Statuses from the hosts (one connection per host; nodes aggregated), see jobs.refresh."""
+if TYPE_CHECKING:
+    from rich.text import Text
+
+_FINAL: dict[tuple[str, str], JobProgress] = {}  # (job id, state) -> final row made by this process
+
+
+def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
+    """Statuses: the record's own for terminal jobs; unfinished ones from their hosts (one
+    connection per host; nodes aggregated), see jobs.refresh — imported only then."""
+    if all(r.state in TERMINAL for r in records):
+        return {r.job_id: r.status() for r in records}
+    from orchestrator import jobs
+
     return jobs.refresh(records, app.inventory, app.registry, app.say)
 
 
@@ -34,6 +50,8 @@ def refresh(app: App, records: list[Any]) -> dict[str, dict[str, Any]]:
 def _total_steps(spec_path: str) -> int | None:
     """``train.max_steps`` from the job's spec file, when it is still there and readable
     (read once per process: ``status -w`` refreshes often)."""
+    from orchestrator.spec import load_spec
+
     try:
         train = load_spec(spec_path).spec.train
     except (OrchError, OSError):
@@ -41,7 +59,7 @@ def _total_steps(spec_path: str) -> int | None:
     return train.max_steps if train is not None else None
 
 
-def _price(app: App, record: Any) -> float | None:
+def _price(app: App, record: JobRecord) -> float | None:
     prices = []
     for name in record.hosts:
         try:
@@ -51,34 +69,63 @@ def _price(app: App, record: Any) -> float | None:
     return None if any(p is None for p in prices) else sum(prices) / max(len(prices), 1)
 
 
-def progress_of(app: App, record: Any, status: dict[str, Any]) -> JobProgress:
+def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgress:
+    """The row's columns. A terminal job's are its recorded final row; the first time a
+    terminal status is seen they are made (spec and inventory read) and recorded."""
+    state = status.get("state")
+    terminal = state in TERMINAL and not status.get("stale")
+    if terminal:
+        recorded = JobProgress.from_dict(record.final) if record.state == state else None
+        recorded = recorded or _FINAL.get((record.job_id, state))
+        if recorded is not None:
+            return recorded
     nodes = status.get("nodes")
     count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
-    return row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
+    progress = row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
+    if terminal:
+        app.registry.record_final(record.job_id, state, asdict(progress))
+        _FINAL[(record.job_id, state)] = progress
+    return progress
 
 
 def width_for(app: App, wide: bool) -> int | None:
     """The width to fit ``orch status`` to: None (everything) for ``--wide`` or when piped
-    without ``COLUMNS``; the console's width on a terminal (rich reads ``COLUMNS`` or
-    asks the terminal, each time: ``-w`` follows a resize)."""
+    without ``COLUMNS``; on a terminal ``COLUMNS`` or the terminal's width, asked each time
+    (``-w`` follows a resize)."""
     if wide:
         return None
     if sys.stdout.isatty():
-        return app.out.width
+        return shutil.get_terminal_size().columns
     columns = os.environ.get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
-def _table(app: App, records: list[Any], statuses: dict[str, dict[str, Any]], known_ids: list[str],
-           width: int | None) -> Text:
+def _lines(app: App, records: list[JobRecord], statuses: dict[str, dict[str, Any]], known_ids: list[str],
+           width: int | None) -> list[str]:
     rows = [StatusRow(r.job_id, progress_of(app, r, statuses[r.job_id]), r.hosts,
                       clean(str(statuses[r.job_id].get("reason") or ""))) for r in records]
-    header, *lines = status_lines(rows, width, known_ids)
+    return status_lines(rows, width, known_ids)
+
+
+def _text(lines: list[str]) -> Text:
+    """The table for rich (``-w``), its header bold."""
+    from rich.text import Text
+
+    header, *rest = lines
     text = Text()
     text.append(header, style="bold")
-    for line in lines:
+    for line in rest:
         text.append("\n" + line)
     return text
+
+
+def _print(lines: list[str]) -> None:
+    """The table as plain text; the header bold on a terminal that shows styles."""
+    header, *rest = lines
+    if sys.stdout.isatty() and os.environ.get("TERM", "") not in ("dumb", "unknown"):
+        header = f"\x1b[1m{header}\x1b[0m"
+    sys.stdout.write("".join(f"{line}\n" for line in [header, *rest]))
+    sys.stdout.flush()
 
 
 @click.command("status")
@@ -119,13 +166,15 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
         return
     known_ids = [r.job_id for r in app.registry.all()] if job else [r.job_id for r in records]
     if not watch:
-        app.out.print(_table(app, records, refresh(app, records), known_ids, width_for(app, wide)))
+        _print(_lines(app, records, refresh(app, records), known_ids, width_for(app, wide)))
         return
+    from rich.live import Live
+
     done = 0
     try:
         with Live(console=app.out, auto_refresh=False) as live:
             while True:
-                table = _table(app, records, refresh(app, records), known_ids, width_for(app, wide))
+                table = _text(_lines(app, records, refresh(app, records), known_ids, width_for(app, wide)))
                 live.update(table, refresh=True)
                 done += 1
                 if iterations is not None and done >= iterations:

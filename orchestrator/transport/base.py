@@ -65,8 +65,10 @@ class Transport(ABC):
     name: str
 
     @abstractmethod
-    def start(self, argv: Sequence[str]) -> Process:
-        """Start ``argv`` on the host and return it running."""
+    def start(self, argv: Sequence[str], *, warm: bool = False) -> Process:
+        """Start ``argv`` on the host and return it running. ``warm``: the same argv will
+        likely be started again soon, so a transport that can keep one started in advance
+        (the connection holder) may hand out such a spare and start the next one."""
 
     @abstractmethod
     def close(self) -> None:

@@ -28,12 +28,13 @@ class LocalProcess(Process):
     def write(self, data: bytes) -> None:
         assert self._popen.stdin is not None
         self._popen.stdin.write(data)
+        self._popen.stdin.flush()
 
     def close_stdin(self) -> None:
         assert self._popen.stdin is not None
         try:
             self._popen.stdin.close()
-        except BrokenPipeError:
+        except (BrokenPipeError, ValueError):
             pass
 
     def read(self, size: int = 65536) -> bytes:
@@ -59,9 +60,15 @@ class LocalTransport(Transport):
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
+        self._started: list[LocalProcess] = []
 
-    def start(self, argv: Sequence[str]) -> Process:
-        return LocalProcess(argv)
+    def start(self, argv: Sequence[str], *, warm: bool = False) -> Process:
+        proc = LocalProcess(argv)
+        self._started = [p for p in self._started if p._popen.poll() is None] + [proc]
+        return proc
 
     def close(self) -> None:
-        pass
+        """EOF on the stdin of every command still running (a helper session ends)."""
+        for proc in self._started:
+            proc.close_stdin()
+        self._started = []

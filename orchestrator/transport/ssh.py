@@ -230,7 +230,7 @@ class SSHTransport(Transport):
             detail = f": no answer for {3 * KEEPALIVE_S:g} s (stalled)"
         return HostError(f"connection to {self.host.name} ({self.host.target}) was lost{detail}")
 
-    def start(self, argv: Sequence[str]) -> Process:
+    def start(self, argv: Sequence[str], *, warm: bool = False) -> Process:
         command = shell.join(argv)
         try:
             transport = self.client.get_transport()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
+from remote_payload import lease
 from tests.conftest import Orch, write_job
 from tests.faults.conftest import start_paused
 from tests.faults.proxy import FaultProxy
@@ -24,14 +24,13 @@ def test_a_sync_frozen_mid_stream_does_not_block_the_next_one(orch: Orch, flaky:
     (hooks / "sync-stream.go").touch()
     _, err = first.communicate(timeout=120)
     assert first.returncode == 3 and "stalled" in err and "Traceback" not in err, err
-    stuck = [line for line in subprocess.run(["pgrep", "-af", "receive"], capture_output=True, text=True).stdout
-             .splitlines() if "receive" in line and str(orch.remote_root) in line]
-    assert stuck, "the frozen receiver should still be alive on the server"
+    ws = orch.server_workspace(orch.cwd / "ws")
+    stuck = lease.holder(str(orch.remote_root / "state" / f"sync-{ws.name}.json.lock"))
+    assert stuck is not None, "the frozen receiver should still hold the workspace's lock on the server"
     done = orch("submit", str(spec), "--follow", "--json", env={"ORCH_LEASE_STALL_S": "3"}, timeout=120)
     assert json.loads(done.stdout)["state"] == "succeeded"
     assert "an earlier sync of this workspace" in done.stderr and "still holds its lock" in done.stderr
     assert "ran after the takeover" in orch("logs", json.loads(done.stdout)["job_id"]).stdout
-    ws = orch.server_workspace(orch.cwd / "ws")
     assert not list(ws.glob(".orch-tmp-*")) and len(list(ws.glob("shard-*.bin"))) == 10
 
 
@@ -39,9 +38,9 @@ def test_a_launch_frozen_mid_request_does_not_lock_out_other_jobs(orch: Orch, fl
                                                                   tmp_path: Path) -> None:
     frozen = write_job(orch.cwd, "frozen", flaky, ["python", "-c", "print('never')"])
     hooks = tmp_path / "hooks"
-    first = start_paused(orch, frozen, "launch-sent", hooks)
-    proxy.freeze()  # the server's launch request never ends: the agent waits for the rest of it
-    (hooks / "launch-sent.go").touch()
+    first = start_paused(orch, frozen, "launch-half-sent", hooks)
+    proxy.freeze()  # the server's launch request never ends: the helper waits for the rest of it
+    (hooks / "launch-half-sent.go").touch()
     other = orch.cwd / "other"
     other.mkdir()
     spec = write_job(other, "other", flaky, ["python", "-c", "print('other job ran')"])

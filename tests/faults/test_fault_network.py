@@ -134,15 +134,18 @@ def test_a_stalled_link_is_noticed_by_the_keepalive_not_waited_on_forever(
     assert "(stalled)" in err
 
 
-def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_path: Path,
+                   cut: Callable[[], None] | None = None) -> tuple[Path, subprocess.Popen]:
+    """Submit, pause at ``point``, cut the link there (or as ``cut`` arranges), go on: exit 3.
+    The submit's own connection only (no kept-warm one), so the cut is exactly where it says."""
     spec = write_job(orch.cwd, "once", flaky, ["python", "-c", "print('ran once')"])
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd,
-                            env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
+                            env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}", "ORCH_HOLD": "0"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until((hooks / f"{point}.reached").exists, f"submit to reach {point}")
-    proxy.cut()
+    (cut or proxy.cut)()
     (hooks / f"{point}.go").touch()
     proc.communicate(timeout=60)
     assert proc.returncode == 3
@@ -162,7 +165,8 @@ def test_submit_cut_after_sync_starts_nothing_and_the_rerun_starts_once(
 
 def test_submit_cut_right_after_launch_never_starts_a_duplicate(
         orch: Orch, flaky: str, proxy: FaultProxy, tmp_path: Path) -> None:
-    spec, _ = _submit_cut_at(orch, flaky, proxy, "launch-sent", tmp_path)
+    # the rest of the request goes up, the server launches; its reply is what cuts the link
+    spec, _ = _submit_cut_at(orch, flaky, proxy, "launch-half-sent", tmp_path, cut=lambda: proxy.cut_after(0, "down"))
     again = orch("submit", str(spec), "--follow", "--json")
     assert "already started by an interrupted submit" in again.stderr
     jobs = list((orch.remote_root / "jobs").glob("once-*"))

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from orchestrator import logcache
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
@@ -143,27 +144,43 @@ class _Prefixed:
 def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
                 say: Callable[[str], None], node: int | None = None, follow: bool = False,
                 tail: int | None = None) -> dict[str, Any]:
-    """Write the log through ``write`` (cleaned text); return the job's final status.
-    ``node=None`` on a multi-node job merges every node's log, each line prefixed ``[node i]``."""
+    """Write the log through ``write`` (cleaned text); return the job's status: the terminal
+    one when the end frames carried it (no further round trip), else asked of every node when
+    following, else the registry's. ``node=None`` on a multi-node job merges every node's log,
+    each line prefixed ``[node i]``. The whole log of an ended job is kept on the laptop
+    (``logcache``) and printed from there next time, without a host."""
+    whole = node is None and tail is None
+    kept = logcache.load(record.job_id, record.status()) if whole else None
+    if kept is not None:
+        write(kept)
+        return record.status()
+    capture = logcache.Capture(write) if whole else None
+    write = capture or write
     hosts = nodes_of(record, inventory)
     if node is not None and not 0 <= node < len(hosts):
         raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
     if node is not None or len(hosts) == 1:
         index = node or 0
-        final = follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)
-        if final is not None and len(hosts) == 1:  # the end frame's status: no further round trip
-            status = aggregate([final])
-            registry.update(record.job_id, status["state"], status)
-            return status
+        finals = [follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)]
     else:
         lock = threading.Lock()
         writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]
 
-        def one(i: int) -> None:
-            follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail)
+        def one(i: int) -> dict[str, Any] | None:
+            final = follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail)
             writers[i].flush()
             if follow:
                 probe(record, inventory, registry)  # a node that ended badly: stop the others now
+            return final
 
-        parallel(one, list(range(len(hosts))))
-    return probe(record, inventory, registry)
+        finals = parallel(one, list(range(len(hosts))))
+    if len(finals) == len(hosts) and all(f is not None for f in finals):  # every end frame carried a terminal status
+        status = aggregate(finals)  # type: ignore[arg-type]
+        registry.update(record.job_id, status["state"], status)
+    elif follow:
+        status = probe(record, inventory, registry)
+    else:
+        return record.status()
+    if capture is not None and capture.text() is not None:
+        logcache.save(record.job_id, status, capture.text() or "")
+    return status

@@ -54,9 +54,7 @@ def hello(remote: "Remote", project: str, gpus: bool = False) -> dict[str, Any]:
     them or the laptop held them; what the server sent is kept for next time."""
     held = load(remote.host, project)
     reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None)
-    state = reply.get("sync")
-    if not isinstance(state, dict):
-        raise RemoteError(f"{remote.host.name}: hello's reply has no sync state for {project}")
+    state = _checked(remote.host, project, reply.get("sync"))
     generation = state.get("generation")
     if state.get("same"):
         if held is None or held[0] != generation:  # cannot be, unless the copy changed meanwhile: ask in full
@@ -68,6 +66,18 @@ def hello(remote: "Remote", project: str, gpus: bool = False) -> dict[str, Any]:
         raise RemoteError(f"{remote.host.name}: hello's sync state for {project} lists no files")
     store(remote.host, project, generation if isinstance(generation, str) else None, files)
     return reply
+
+
+def _checked(host: "Host", project: str, state: Any) -> dict[str, Any]:
+    """hello's sync state, its fields of the right types (untrusted server bytes)."""
+    ok = isinstance(state, dict) \
+        and all(isinstance(state.get(k, []), list) and all(isinstance(p, str) for p in state.get(k, []))
+                for k in ("edited", "missing")) \
+        and isinstance(state.get("files", {}), dict) and all(isinstance(e, dict) for e in state.get("files", {}).values()) \
+        and isinstance(state.get("generation"), (str, type(None)))
+    if not ok:
+        raise RemoteError(f"{host.name}: orch's helper answered hello with a malformed sync state for {project}")
+    return state
 
 
 def after_receive(host: "Host", project: str, base: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from remote_payload import proctree
 from remote_payload.common import group_alive, read_json
-from remote_payload.protocol import ACTIVE, TERMINAL
+from remote_payload.protocol import ACTIVE, JOB_STATUS, TERMINAL, is_a
 
 
 MAX_STATUS_BYTES = 1 << 20
@@ -25,7 +25,8 @@ STATES = ACTIVE + TERMINAL  # the states a status.json may name
 def read_status(path: str) -> Optional[Dict[str, Any]]:
     """status.json as a bounded, typed dict: a file over ``MAX_STATUS_BYTES``, not JSON, or
     with an unknown state reads as broken (``state: unknown`` with the reason); long strings
-    and lists are cut, so no reply carries a job's junk. None when there is no file."""
+    and lists are cut, and a field of ``protocol.JOB_STATUS`` with the wrong type is left out,
+    so no reply carries a job's junk or breaks on it. None when there is no file."""
     try:
         size = os.path.getsize(path)
     except OSError:
@@ -48,9 +49,9 @@ def read_status(path: str) -> Optional[Dict[str, Any]]:
         out[str(key)[:64]] = value
     if out.get("state") not in STATES:
         return {"state": "unknown", "reason": "status.json names no known state"}
-    for key in ("heartbeat", "started", "ended"):
-        if out.get(key) is not None and not isinstance(out[key], (int, float)):
-            out[key] = None
+    for key, (types, _) in JOB_STATUS.items():  # a field of the wrong type is dropped: the reply stays well-formed
+        if key in out and not is_a(out[key], types):
+            del out[key]
     return out
 
 

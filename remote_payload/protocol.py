@@ -132,7 +132,7 @@ REQUESTS: Dict[str, Request] = {
 }
 
 
-def _is(value: Any, types: Any) -> bool:
+def is_a(value: Any, types: Any) -> bool:
     if isinstance(value, bool):  # a bool is an int to isinstance; never take one for the other
         return bool in (types if isinstance(types, tuple) else (types,))
     return isinstance(value, types)
@@ -159,7 +159,7 @@ def check_args(op: str, args: Any) -> Dict[str, Any]:
             if default is REQUIRED:
                 raise ProtocolError("%s: missing argument %s" % (op, field))
             out[field] = default
-        elif not _is(args[field], types):
+        elif not is_a(args[field], types):
             raise ProtocolError("%s: argument %s must be %s" % (op, field, _name(types)))
         else:
             out[field] = args[field]
@@ -175,7 +175,7 @@ def check_shape(what: str, value: Any, shape: Shape) -> Dict[str, Any]:
         if field not in value:
             if default is REQUIRED:
                 raise ProtocolError("%s lacks %r" % (what, field))
-        elif not _is(value[field], types):
+        elif not is_a(value[field], types):
             raise ProtocolError("%s: %r is not %s" % (what, field, _name(types)))
     return value
 

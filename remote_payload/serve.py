@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -214,5 +213,4 @@ def main(root: str, payload_dir: str, argv: list) -> int:
     if argv != ["serve"]:
         sys.stderr.write("orch helper: unknown command %r (this helper only serves sessions)\n" % (argv,))
         return 2
-    socket.setdefaulttimeout(None)
     return serve(root, payload_dir, sys.stdin.buffer, sys.stdout.buffer)

@@ -2,9 +2,10 @@
 
 ``follow`` frames: 1 type byte + 4-byte big-endian length + payload. ``D`` data, ``H``
 heartbeat (sent when the log is quiet, so the laptop can tell a quiet job from a stalled
-connection), ``E`` end (the job is terminal and the log drained). A followed ``E`` carries the
-node's terminal status as JSON (what ``agent status`` reports for it), so the laptop needs no
-further round trip; it is empty when the status is not terminal (lost, unknown) or too large.
+connection), ``E`` end (the log drained; when following, the job is terminal). ``E`` carries the
+node's terminal status as JSON (what the ``status`` request reports for it), so the laptop needs
+no further round trip; it is empty when the status is not terminal (running, lost, unknown) or
+too large.
 
 ``send`` frames: a JSON header line {path, offset, size}, then ``size`` raw bytes; a final
 ``{"end": true}`` line. ``size`` is at most the requested size less the offset, so a file
@@ -58,6 +59,7 @@ def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool],
     quiet_since = time.time()
     seen: Optional[Tuple[int, int, int]] = None
     asked = 0.0
+    ended = b"" if follow else final_status(path)  # read before the log: a terminal job's log is whole
     while True:
         done = not follow
         if follow:
@@ -79,7 +81,7 @@ def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool],
         except FileNotFoundError:
             pass
         if done:
-            out.write(frame(b"E", final_status(path) if follow else b""))
+            out.write(frame(b"E", final_status(path) if follow else ended))
             out.flush()
             return
         now = time.time()

@@ -157,3 +157,16 @@ def test_a_helper_that_never_answers_times_out_naming_the_request(tmp_path: Path
     remote = _fake_helper(tmp_path, "out.write(MAGIC); out.flush(); import time; time.sleep(600)\n")
     with pytest.raises(RemoteError, match="box: free_port did not answer within 1 s"):
         remote.call("free_port", timeout=1)
+
+
+def test_a_status_json_with_fields_of_the_wrong_type_breaks_nothing(remote: Remote) -> None:
+    """The server drops a status field of the wrong type (protocol.JOB_STATUS), so the reply
+    stays well-formed: the other job on the host is reported as ever."""
+    jobs = Path(remote.host.root) / "jobs"
+    for job, status in (("odd", {"state": "succeeded", "reason": 5, "exit_code": "zero", "node_rank": [1]}),
+                        ("fine", {"state": "failed", "reason": "exit 1", "exit_code": 1})):
+        (jobs / job).mkdir(parents=True)
+        (jobs / job / "status.json").write_text(json.dumps(status))
+    got = remote.call("status", jobs=["odd", "fine"])["jobs"]
+    assert got["odd"]["state"] == "succeeded" and not {"reason", "exit_code", "node_rank"} & set(got["odd"])
+    assert got["fine"] == {"state": "failed", "reason": "exit 1", "exit_code": 1, "job_id": "fine"}

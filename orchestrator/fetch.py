@@ -13,7 +13,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import queue
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +29,7 @@ from orchestrator.hosts import Inventory
 from orchestrator.jobs import nodes_of
 from orchestrator.registry import JobRecord
 from orchestrator.remote import FileStream, Remote
-from orchestrator.sync import sha256_of
+from orchestrator.fetchstate import FetchState
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -130,17 +132,23 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     dest = runs.run_dir(dest_parent, record.job_id)
     summary = FetchSummary(dest)
     taken: set[str] = set()
-    for host in nodes_of(record, inventory):
-        with open_transport(host, inventory, never) as transport:
-            remote = Remote(host, transport)
-            if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything):
-                remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
+    state = FetchState(dest)
+    try:
+        for host in nodes_of(record, inventory):
+            with open_transport(host, inventory, never) as transport:
+                remote = Remote(host, transport)
+                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, state) \
+                        and host.name not in state.told:
+                    remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
+                    state.tell(host.name)
+    finally:
+        state.save()
     summary.unselected = [e for e in summary.unselected if e.local not in taken]
     return summary
 
 
 def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, taken: set[str],
-                say: Callable[[str], None], extra: list[str], everything: bool) -> bool:
+                say: Callable[[str], None], extra: list[str], everything: bool, state: FetchState) -> bool:
     """Fetch one node's share; True when the job had ended and everything selected is here."""
     host = remote.host
     manifest = remote.call("manifest", job=job_id)
@@ -163,7 +171,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             continue
         taken.add(entry.local)
         local = dest / entry.local
-        if local.is_file() and local.stat().st_size == entry.size and sha256_of(local) == entry.sha256:
+        if local.is_file() and state.has(entry.local, local, entry.size, entry.sha256):
             summary.unchanged.append(entry.local)
         else:
             wanted[entry.path] = entry
@@ -194,6 +202,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             say(f"skipped {entry.local}: it changed while the job runs (fetch again later)")
             continue
         summary.fetched.append(entry.local)
+        state.verified(entry.local, dest / entry.local, entry.sha256)
     if reader.header() != {"end": True}:
         raise RemoteError(f"{host.name}: the file stream did not end cleanly")
     remote.finish(proc, "fetch")
@@ -204,6 +213,29 @@ class ChangedWhileFetching(Exception):
     pass
 
 
+class _Hasher:
+    """sha256 in a thread of its own, so hashing overlaps with receiving and writing (hashlib
+    releases the GIL on large blocks). ``hexdigest`` ends the thread."""
+
+    def __init__(self) -> None:
+        self.h, self.blocks = hashlib.sha256(), queue.Queue(maxsize=16)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="orch-fetch-hash")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (block := self.blocks.get()) is not None:
+            self.h.update(block)
+
+    def update(self, block: bytes) -> None:
+        self.blocks.put(block)
+
+    def hexdigest(self) -> str:
+        if self.thread.is_alive():
+            self.blocks.put(None)
+            self.thread.join()
+        return self.h.hexdigest()
+
+
 def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int) -> int:
     """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
     place only when it has the manifest's size and sha256. A laptop-side write failure (the
@@ -211,7 +243,7 @@ def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: in
     ``.part`` keeps what was written, so the same fetch resumes once the cause is fixed."""
     final = dest / entry.local
     part = dest / (entry.local + ".part")
-    h = hashlib.sha256()
+    h = _Hasher()
     remaining = size
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +265,9 @@ def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: in
                                  "then run the same `orch fetch` again: it resumes from the .part file") from None
         raise LocalFileError(f"cannot write {exc.filename or part} ({exc.strerror or exc}); fix that (or fetch "
                              "with --dest DIR), then run the same `orch fetch` again") from None
-    if offset + size != entry.size or h.hexdigest() != entry.sha256:
+    finally:
+        digest = h.hexdigest()  # ends its thread, however the loop ended
+    if offset + size != entry.size or digest != entry.sha256:
         part.unlink()
         raise ChangedWhileFetching(f"{entry.local}: size or sha256 differs from the manifest (discarded; fetch again)")
     os.replace(part, final)

@@ -32,6 +32,19 @@ def test_fetch_skips_symlinks_the_server_made(orch: Orch, finished: str) -> None
     assert not (local / "link-out").exists()
 
 
+def test_a_refetch_trusts_files_it_verified_and_rehashes_edited_ones(orch: Orch, finished: str) -> None:
+    """A fetched file keeps its verified hash on the laptop (size + mtime, rsync's quick
+    check): a refetch moves nothing; an edit (new mtime) is noticed and the file fetched again."""
+    orch("fetch", finished)
+    local = orch.cwd / "runs" / finished / "outputs" / "model.bin"
+    assert ": 0 fetched (0.0 MB)" in orch("fetch", finished).stdout
+    data = bytearray(local.read_bytes())
+    data[0] ^= 0xFF
+    local.write_bytes(bytes(data))  # same size, another content, a new mtime
+    assert ": 1 fetched (2.9 MB)" in orch("fetch", finished).stdout
+    assert local.read_bytes() == (orch.job_dir(finished) / "outputs" / "model.bin").read_bytes()
+
+
 def test_fetch_resumes_from_a_part_file(orch: Orch, finished: str) -> None:
     remote = orch.job_dir(finished) / "outputs" / "model.bin"
     part = orch.cwd / "runs" / finished / "outputs" / "model.bin.part"

@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +38,7 @@ class Submitted:
     plan: Plan
     sync_summary: dict[str, Any] | None
     warnings: list[str]
+    remotes: dict[str, Remote] = field(default_factory=dict)  # by host name, open while ``keep`` is
 
 
 def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
@@ -102,7 +103,9 @@ def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: li
 
 def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,
            force: bool = False, pull_remote_edits: bool = False,
-           trust: Callable[[str], bool] = ask_on_tty) -> Submitted:
+           trust: Callable[[str], bool] = ask_on_tty, keep: ExitStack | None = None) -> Submitted:
+    """Submit the job. ``keep``: the connections stay open until that stack closes (the
+    ``Submitted.remotes`` serve ``--follow``); without it they close on return."""
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     workspace = loaded.workspace_dir
@@ -149,7 +152,9 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         pause("after-sync")
         start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
         registry.update(job_id, "pending", {})
-        return Submitted(plan, summaries[0], warnings)
+        if keep is not None:
+            keep.push(stack.pop_all())
+        return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {})
 
 
 def say_lock_holder(host: str, holder: Any, say: Say) -> None:

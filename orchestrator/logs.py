@@ -25,25 +25,11 @@ from orchestrator.jobs import aggregate, nodes_of, parallel, probe
 from orchestrator.registry import JobRecord, Registry
 from orchestrator.remote import Remote
 from orchestrator.session import StreamCall
-from orchestrator.termtext import CleanDecoder, clean
+from orchestrator.termtext import CleanDecoder
 from remote_payload.protocol import TERMINAL
 
 MAX_BACKOFF_S = 30.0
-MAX_REASON = 500  # characters of a server's reason printed at the end of a followed log
 HEARTBEAT_S = float(os.environ.get("ORCH_LOG_HEARTBEAT_S", "5"))
-
-
-def one_line(text: Any, limit: int = MAX_REASON) -> str:
-    """Server text as one line of printable text: control characters dropped (``clean``),
-    newlines, tabs and runs of spaces collapsed to one space, at most ``limit`` characters."""
-    line = " ".join(clean(str(text)).split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
-def final_line(job_id: str, status: dict[str, Any]) -> str:
-    """``JOB STATE[: reason]`` — what ``orch logs -f`` / ``submit --follow`` print last."""
-    reason = one_line(status.get("reason") or "")
-    return f"{job_id} {one_line(status.get('state'), 40)}" + (f": {reason}" if reason else "")
 
 
 class _Frames:
@@ -85,37 +71,57 @@ def end_status(data: bytes) -> dict[str, Any] | None:
     return status if ok else None
 
 
+class _Reading:
+    """Where a node's log read stands across reconnects: the byte offset and the decoder."""
+
+    def __init__(self, tail: int | None) -> None:
+        self.decoder, self.tail, self.started = CleanDecoder(), tail, False
+        self.offset: int | None = None if tail is not None else 0
+
+
+def _read(remote: Remote, record: JobRecord, node: int, at: _Reading, write: Callable[[str], None],
+          follow: bool) -> dict[str, Any] | None:
+    """One connection's share of a node's log: from ``at.offset`` to the end frame."""
+    if at.offset is None:
+        at.offset = remote.call("tail_offset", job=record.job_id, node=node, lines=at.tail)["offset"]
+    proc = remote.start("follow", job=record.job_id, offset=at.offset, node=node, follow=follow,
+                        heartbeat=HEARTBEAT_S)
+    frames = _Frames(remote, proc, 3 * HEARTBEAT_S)
+    at.started = True
+    while True:
+        kind, data = frames.next()
+        if kind == b"E":
+            final = end_status(data)
+            break
+        if kind == b"D":
+            at.offset += len(data)
+            write(at.decoder.feed(data))
+    remote.finish(proc, "reading the log")
+    write(at.decoder.feed(b"", final=True))
+    return final
+
+
 def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, *, write: Callable[[str], None],
-                say: Callable[[str], None], follow: bool, tail: int | None) -> dict[str, Any] | None:
+                say: Callable[[str], None], follow: bool, tail: int | None,
+                remote: Remote | None = None) -> dict[str, Any] | None:
     """One node's log through ``write`` until it ends (``follow``: the node is terminal);
-    returns the node's terminal status when the end frame carried one."""
-    decoder = CleanDecoder()
-    offset: int | None = None if tail is not None else 0
+    returns the node's terminal status when the end frame carried one. ``remote``: a
+    connection this command already holds to the host (``submit --follow``'s), used first;
+    a reconnect opens a new one."""
+    at = _Reading(tail)
     backoff = 0.5
     while True:
         try:
+            if remote is not None:
+                held, remote = remote, None
+                return _read(held, record, node, at, write, follow)
             with open_transport(host, inventory, never) as transport:
-                remote = Remote(host, transport)
-                if offset is None:
-                    offset = remote.call("tail_offset", job=record.job_id, node=node, lines=tail)["offset"]
-                proc = remote.start("follow", job=record.job_id, offset=offset, node=node, follow=follow,
-                                    heartbeat=HEARTBEAT_S)
-                frames = _Frames(remote, proc, 3 * HEARTBEAT_S)
-                backoff = 0.5
-                while True:
-                    kind, data = frames.next()
-                    if kind == b"E":
-                        final = end_status(data)
-                        break
-                    if kind == b"D":
-                        offset += len(data)
-                        write(decoder.feed(data))
-                remote.finish(proc, "reading the log")
-                write(decoder.feed(b"", final=True))
-                return final
+                return _read(Remote(host, transport), record, node, at, write, follow)
         except HostError as exc:
             if not follow:
                 raise
+            if at.started:
+                backoff, at.started = 0.5, False
             say(f"{exc}; reconnecting in {backoff:.1f} s (Ctrl-C stops following, the job keeps running)")
             time.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -143,12 +149,14 @@ class _Prefixed:
 
 def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
                 say: Callable[[str], None], node: int | None = None, follow: bool = False,
-                tail: int | None = None) -> dict[str, Any]:
+                tail: int | None = None, remotes: dict[str, Remote] | None = None) -> dict[str, Any]:
     """Write the log through ``write`` (cleaned text); return the job's status: the terminal
     one when the end frames carried it (no further round trip), else asked of every node when
     following, else the registry's. ``node=None`` on a multi-node job merges every node's log,
     each line prefixed ``[node i]``. The whole log of an ended job is kept on the laptop
-    (``logcache``) and printed from there next time, without a host."""
+    (``logcache``) and printed from there next time, without a host. ``remotes``: connections
+    this command already holds, by host name (``submit --follow``): used instead of new ones."""
+    remotes = remotes or {}
     whole = node is None and tail is None
     kept = logcache.load(record.job_id, record.status()) if whole else None
     if kept is not None:
@@ -161,13 +169,15 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
         raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
     if node is not None or len(hosts) == 1:
         index = node or 0
-        finals = [follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail)]
+        finals = [follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail,
+                              remote=remotes.get(hosts[index].name))]
     else:
         lock = threading.Lock()
         writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]
 
         def one(i: int) -> dict[str, Any] | None:
-            final = follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail)
+            final = follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail,
+                                remote=remotes.get(hosts[i].name))
             writers[i].flush()
             if follow:
                 probe(record, inventory, registry)  # a node that ended badly: stop the others now

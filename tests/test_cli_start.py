@@ -196,6 +196,8 @@ def test_logs_and_status_of_a_finished_local_job(orch: Orch) -> None:
     assert "\nhello from the job\nbye\n" in logs and logs.endswith("job succeeded\n")
     assert orch("logs", job, "--tail", "2").stdout.endswith("bye\n[orch] job succeeded\n")
     assert run_probe(orch, "status", "--wide")[0].stdout == first.stdout  # logs kept the recorded row
+    kept, loaded = run_probe(orch, "logs", job)  # the whole log of an ended job: kept on the laptop
+    assert kept.stdout == logs and loaded == []
 
 
 def test_the_inventory_names_hosts_as_the_job_file_does() -> None:

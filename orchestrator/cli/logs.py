@@ -8,22 +8,25 @@ from typing import Any
 
 import click
 
+from orchestrator import logcache
 from orchestrator.cli.app import App, pass_app
-from orchestrator.logs import final_line, one_line, stream_logs
-from orchestrator.progress import FollowBar
 from orchestrator.registry import JobRecord
+from orchestrator.termtext import final_line, one_line
 
 
 def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int | None = None,
-                  tail: int | None = None) -> dict[str, Any]:
+                  tail: int | None = None, remotes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
     On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
+    from orchestrator.logs import stream_logs
+    from orchestrator.progress import FollowBar
+
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
     try:
         bar = FollowBar(app.err) if FollowBar.enabled(as_json) else None  # plain text when not a terminal
         with bar or nullcontext():
             status = stream_logs(record, app.inventory, app.registry, write=bar.wrap(write) if bar else write,
-                                 say=app.say, node=node, follow=True, tail=tail)
+                                 say=app.say, node=node, follow=True, tail=tail, remotes=remotes)
     except KeyboardInterrupt:
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None
@@ -31,11 +34,13 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     return status
 
 
-def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, as_json: bool) -> None:
-    """The shared end of submit and rerun: follow if asked, print JSON or the job id, and
-    exit 1 when a followed job did not succeed."""
+def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, as_json: bool,
+                   remotes: dict[str, Any] | None = None) -> None:
+    """The shared end of submit and rerun: follow if asked (on ``remotes``, the command's own
+    connections, when given), print JSON or the job id, and exit 1 when a followed job did not
+    succeed."""
     if follow:
-        status = follow_to_end(app, app.registry.get(job_id), as_json=as_json)
+        status = follow_to_end(app, app.registry.get(job_id), as_json=as_json, remotes=remotes)
         reason = one_line(status["reason"]) if status.get("reason") else status.get("reason")
         result.update(state=status["state"], exit_code=status.get("exit_code"), reason=reason)
     if as_json:
@@ -62,9 +67,15 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
       orch logs gpt2-lora --tail 50
     """
     record = app.registry.get(job)
+    kept = logcache.load(record.job_id, record.status()) if node is None and tail is None and not follow else None
+    if kept is not None:  # an ended job's whole log, kept by an earlier read: no host, no network code loaded
+        app.write(kept)
+        return
     if follow:
         follow_to_end(app, record, node=node, tail=tail)
         return
+    from orchestrator.logs import stream_logs
+
     stream_logs(record, app.inventory, app.registry, write=app.write, say=app.say, node=node, tail=tail)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -38,15 +39,16 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     laptop_checks(loaded)  # the same checks as `orch check`, before connecting
     if force and pull_remote_edits:
         raise UsageError("--force overwrites the server's edits, --pull-remote-edits keeps them: choose one")
-    done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
-                  pull_remote_edits=pull_remote_edits)
-    plan = done.plan
-    if dry_run:
-        click.echo(plan_text(plan))
-        return
-    result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
-              "state": "pending", "sync": done.sync_summary}
-    report_new_job(app, plan.job_id, result, follow, as_json)
+    with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
+        done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
+                      pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
+        plan = done.plan
+        if dry_run:
+            click.echo(plan_text(plan))
+            return
+        result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
+                  "state": "pending", "sync": done.sync_summary}
+        report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
 
 
 COMMANDS = [submit_cmd]

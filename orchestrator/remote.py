@@ -12,6 +12,7 @@ request's row is rejected the same way, never passed on.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
@@ -27,6 +28,7 @@ from orchestrator.transport.base import Result, Transport
 from remote_payload import protocol
 from remote_payload.protocol import REPLY, ProtocolError
 
+START_S = float(os.environ.get("ORCH_HELPER_START_S", "120"))  # login shell + python start, at most
 # How the agent reports an OSError ("PermissionError: [Errno 13] Permission denied: '/x'"):
 # permission denied, operation not permitted, read-only file system.
 _WRITE_ERROR = re.compile(r"^(?:PermissionError|OSError): \[Errno (?:1|13|30)\] (?P<reason>[^:]+): '(?P<path>[^']*)'")
@@ -61,14 +63,28 @@ class Remote:
 
     # -- sessions ------------------------------------------------------------------------
     def _open(self) -> Session:
-        """A ready helper session; installs the payload when the host lacks this version."""
+        """A ready helper session; installs the payload when the host lacks this version. A
+        helper that has not started within ``START_S`` (a login profile that hangs) is stopped
+        and named, never waited on forever."""
         for attempt in range(2):
             proc = self.transport.start(self.argv(), warm=attempt == 0)
             session = Session(proc)
+            fired = threading.Event()
+            slow = threading.Timer(START_S, lambda: (fired.set(), session.kill()))
+            slow.daemon = True
+            slow.start()
             try:
                 session.wait_ready()
                 return session
-            except HelperEnded as ended:
+            except (HelperEnded, HostError) as ended:
+                slow.cancel()
+                if fired.is_set():
+                    raise RemoteError(
+                        f"{self.host.name}: orch's helper did not start within {START_S:g} s: the login shell "
+                        f"(bash -l, with ~/.bash_profile, ~/.bashrc) hangs or is very slow there; check it with "
+                        f"`orch exec {self.host.name} -- true` or `orch ssh {self.host.name}`") from None
+                if isinstance(ended, HostError):
+                    raise
                 code = proc.wait()
                 if code == MISSING_EXIT and attempt == 0:
                     self.install()
@@ -82,6 +98,8 @@ class Remote:
             except ProtocolError as exc:
                 session.kill()
                 raise RemoteError(f"{self.host.name}: {exc}") from None
+            finally:
+                slow.cancel()
         raise AssertionError("unreachable")
 
     def _take(self) -> Session:

@@ -170,3 +170,11 @@ def test_a_status_json_with_fields_of_the_wrong_type_breaks_nothing(remote: Remo
     got = remote.call("status", jobs=["odd", "fine"])["jobs"]
     assert got["odd"]["state"] == "succeeded" and not {"reason", "exit_code", "node_rank"} & set(got["odd"])
     assert got["fine"] == {"state": "failed", "reason": "exit 1", "exit_code": 1, "job_id": "fine"}
+
+
+def test_a_login_shell_that_never_starts_the_helper_is_named_not_waited_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("orchestrator.remote.START_S", 1.0)
+    hanging = _fake_helper(tmp_path, "import time; time.sleep(600)\n")  # a profile stuck before the helper
+    with pytest.raises(RemoteError, match=r"box: orch's helper did not start within 1 s: the login shell"):
+        hanging.call("hello")

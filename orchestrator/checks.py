@@ -4,6 +4,8 @@
 ``SpecError`` (exit 2) naming ``file:line:col`` of the field when
 
 - ``workspace.path`` does not exist or is not a folder (the message shows the resolved path);
+- ``train.precision`` is one that remote_payload/precision.py refuses with ``train.strategy``
+  (fsdp with fp16): the same rules the trainer applies on the server, found before the sync;
 - ``launch.command`` runs a file of the workspace that will not be synced: the script of
   ``python [opts] X``, ``bash|sh [opts] X.sh``, ``torchrun``/``accelerate launch [opts] X.py``,
   a relative program such as ``./run.sh``, or a module of the workspace (``python -m pkg.mod``
@@ -27,6 +29,7 @@ from pathlib import Path
 from orchestrator.errors import SpecError
 from orchestrator.spec import LoadedSpec
 from orchestrator.sync import ignore_spec, select_files
+from remote_payload import precision
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
@@ -51,7 +54,10 @@ class Ref:
 
 
 def laptop_checks(loaded: LoadedSpec) -> None:
-    """Raise ``SpecError`` for a missing workspace or a command whose file is not synced."""
+    """Raise ``SpecError`` for a missing workspace, a refused precision or a command whose file is not synced."""
+    refused = precision_problems(loaded)
+    if refused:
+        raise SpecError("\n".join(refused))
     root = loaded.workspace_dir
     if not root.is_dir():
         what = "does not exist" if not root.exists() else "is not a folder"
@@ -71,6 +77,13 @@ def laptop_checks(loaded: LoadedSpec) -> None:
             problems.append(f"{loaded.locate(at)}: launch.command: {reason}")
     if problems:
         raise SpecError("\n".join(problems))
+
+
+def precision_problems(loaded: LoadedSpec) -> list[str]:
+    """``file:line:col: train.precision: why`` for each refusal of ``precision.config_problems``."""
+    train = loaded.spec.train
+    found = precision.config_problems(train.precision, train.strategy) if train else []
+    return [f"{loaded.locate(('train', p.field))}: train.{p.field}: {p.message}" for p in found]
 
 
 def command_refs(argv: list[str], offset: int = 0) -> list[Ref]:

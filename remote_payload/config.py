@@ -92,6 +92,28 @@ class DataSection(BaseModel):
             "examples, a float in (0, 1] that fraction. null keeps everything."
         ),
     )
+    packing: bool = Field(
+        False,
+        description=(
+            "Pack several examples into each row of up to max_length tokens. Each example keeps its own "
+            "positions and attends only to itself, and no label crosses an example boundary, so the loss "
+            "is the unpacked one; padding mostly disappears. Evaluation is never packed."
+        ),
+    )
+    group_by_length: bool = Field(
+        False,
+        description=(
+            "Without packing: put examples of similar length in the same step (shuffled in chunks, "
+            "sorted by length inside a chunk, batches shuffled), which cuts padding; deterministic under seed."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _packing_or_grouping(self) -> DataSection:
+        if self.packing and self.group_by_length:
+            raise ValueError("data.packing and data.group_by_length exclude each other: packed rows are already "
+                             "about max_length long; set one of them")
+        return self
 
 
 class PruneSection(BaseModel):
@@ -132,7 +154,8 @@ class TrainConfig(BaseModel):
     data: DataSection = Field(..., description="Training (and optional eval) data.")
     precision: Precision = Field(
         "auto",
-        description="auto: bf16 on GPUs that support it, fp16 (with a GradScaler) on older GPUs, fp32 on CPU.",
+        description="auto: bf16 where the device has fast bf16 (GPUs with native bf16, CPUs with AMX), fp32 otherwise. "
+        "fp16 runs with a GradScaler and not with strategy: fsdp; bf16 is refused on GPUs without it (rules: precision.py).",
     )
     batch_size: int = Field(8, gt=0, description="Micro-batch per process.")
     grad_accum: int = Field(1, gt=0, description="Micro-batches per optimizer step.")
@@ -143,7 +166,7 @@ class TrainConfig(BaseModel):
     lr: float = Field(2.0e-4, gt=0.0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     warmup_steps: int = Field(10, ge=0, description="Linear warm-up from 0 to lr over this many optimizer steps.")
-    schedule: Schedule = Field("cosine", description="Learning-rate decay after warm-up: cosine or linear to 0, or constant.")
+    schedule: Schedule = Field("cosine", description="Learning-rate decay after warm-up: cosine or linear towards 0 (reached one step after the last), or constant.")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Clip the global gradient norm to this; null: no clipping.")
     seed: int = Field(42, ge=0, description="Seeds model init of new modules, data order, sampling and dropout.")
     log_every: int = Field(10, gt=0, description="Write a metrics.jsonl line and a log line every this many steps.")

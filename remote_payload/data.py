@@ -6,15 +6,23 @@ Contracts:
 - `Batch.targets` is already shifted: position i holds the label of token i + 1 (-100 where there
   is none, where the prompt is, and on padding), so the loss is one cross-entropy over the logits.
 - `train_batches(..., epoch, start)` yields the same batches for the same (seed, epoch, rank,
-  world size), skipping the first `start` micro-batches: that is how a resumed run continues
-  mid-epoch without consuming anything else.
+  world size, group_by_length), skipping the first `start` micro-batches: that is how a resumed
+  run continues mid-epoch without consuming anything else. Its units are examples, or packed
+  rows (`pack`); either way the ranks get disjoint units and the same number of batches.
+- Packed rows (`pack`, `collate_packed`): every example keeps its own token positions (restarting
+  at 0) and a segment id of its own; its targets are its own shifted labels, so its last token
+  has no target and nothing is learnt across a boundary. The model side (model.py) turns
+  `position_ids`/`segment_ids` into attention that never crosses a segment. Padding after the
+  last example is one more segment, with no targets.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +34,7 @@ from remote_payload.config import DataFormat, TrainSetupError
 IGNORE = -100
 PROMPT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
+MEGA_BATCHES = 50  # group_by_length sorts chunks of this many global batches (as HF's LengthGroupedSampler)
 
 
 @dataclass(frozen=True)
@@ -35,19 +44,30 @@ class Example:
 
 
 @dataclass(frozen=True)
+class PackedRow:
+    """Examples that share one row of at most `max_length` tokens (see `pack`)."""
+
+    examples: tuple[Example, ...]
+
+    def __len__(self) -> int:
+        return sum(len(e.input_ids) for e in self.examples)
+
+
+@dataclass(frozen=True)
 class Batch:
     input_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    attention_mask: torch.Tensor  # 1 on real tokens, 0 on padding
     targets: torch.Tensor
     n_tokens: int  # non-padding input tokens
-    n_label_tokens: int  # targets that count in the loss
+    n_label_tokens: int  # targets that count in the loss ("useful" tokens)
+    position_ids: torch.Tensor | None = None  # packed rows only: restart at 0 for every example
+    segment_ids: torch.Tensor | None = None  # packed rows only: which example of the row a token is in
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
-        return Batch(
-            self.input_ids.to(device, non_blocking=nb), self.attention_mask.to(device, non_blocking=nb),
-            self.targets.to(device, non_blocking=nb), self.n_tokens, self.n_label_tokens,
-        )
+        move = lambda t: None if t is None else t.to(device, non_blocking=nb)  # noqa: E731
+        return Batch(move(self.input_ids), move(self.attention_mask), move(self.targets), self.n_tokens,
+                     self.n_label_tokens, move(self.position_ids), move(self.segment_ids))
 
 
 def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[dict[str, str]]:
@@ -124,21 +144,104 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
     return Batch(ids, mask, targets, n_tokens, n_labels)
 
 
-def batches_per_epoch(n_examples: int, world_size: int, batch_size: int) -> int:
-    """Full micro-batches each rank gets per epoch (DistributedSampler and batches drop the rest)."""
-    return (n_examples // world_size) // batch_size
+def pack(examples: Sequence[Example], max_length: int, seed: int) -> list[PackedRow]:
+    """Best-fit-decreasing packing: longest example first (ties in an order shuffled with `seed`),
+    each into the open row with the least room that still fits it, else a new row. Every example
+    lands in exactly one row, whole (examples are at most `max_length` long); deterministic."""
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: -len(examples[i].input_ids))  # stable: ties keep the shuffled order
+    rows: list[list[int]] = []
+    open_by_room: dict[int, deque[int]] = {}  # free tokens -> open rows with exactly that much room, oldest first
+    rooms: list[int] = []  # sorted keys of open_by_room
+    for i in order:
+        n = len(examples[i].input_ids)
+        k = bisect.bisect_left(rooms, n)
+        if k < len(rooms):  # the best fit: the least room that still holds the example
+            free = rooms[k]
+            row = open_by_room[free].popleft()
+            if not open_by_room[free]:
+                del open_by_room[free], rooms[k]
+        else:
+            row, free = len(rows), max_length
+            rows.append([])
+        rows[row].append(i)
+        if (left := free - n) > 0:
+            if left not in open_by_room:
+                bisect.insort(rooms, left)
+                open_by_room[left] = deque()
+            open_by_room[left].append(row)
+    return [PackedRow(tuple(examples[i] for i in r)) for r in rows]
+
+
+def collate_packed(rows: list[PackedRow], pad_id: int) -> Batch:
+    """Concatenate each row's examples and right-pad to the longest row. Positions restart at 0
+    and targets are shifted per example (each example's last token has none); padding is one
+    more segment (positions 0.. again) with no targets."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    segments = torch.zeros((len(rows), width), dtype=torch.long)
+    n_tokens = n_labels = 0
+    for r, row in enumerate(rows):
+        at = 0
+        for k, e in enumerate(row.examples):
+            n = len(e.input_ids)
+            ids[r, at : at + n] = torch.tensor(e.input_ids)
+            targets[r, at : at + n - 1] = torch.tensor(e.labels[1:], dtype=torch.long)
+            positions[r, at : at + n] = torch.arange(n)
+            segments[r, at : at + n] = k
+            n_labels += sum(1 for t in e.labels[1:] if t != IGNORE)
+            at += n
+        mask[r, :at] = 1
+        positions[r, at:] = torch.arange(width - at)
+        segments[r, at:] = len(row.examples)
+        n_tokens += at
+    return Batch(ids, mask, targets, n_tokens, n_labels, positions, segments)
+
+
+def batches_per_epoch(n_units: int, world_size: int, batch_size: int) -> int:
+    """Full micro-batches each rank gets per epoch (DistributedSampler and batches drop the rest);
+    a unit is an example, or a packed row."""
+    return (n_units // world_size) // batch_size
+
+
+def _grouped_batches(lengths: list[int], *, rank: int, world_size: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """This rank's micro-batches (unit indices) of `epoch`, grouped by length: the epoch's
+    permutation (DistributedSampler's: `randperm` seeded with seed + epoch), cut to whole steps,
+    in chunks of MEGA_BATCHES global batches sorted by length (longest first), cut into global
+    batches of batch_size x world_size that are then shuffled; rank r takes every world_size-th
+    unit of each global batch, so the ranks' micro-batches of a step have similar lengths."""
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    per_global = batch_size * world_size
+    n_global = batches_per_epoch(len(lengths), world_size, batch_size)
+    perm = torch.randperm(len(lengths), generator=g).tolist()[: n_global * per_global]
+    chunk = per_global * MEGA_BATCHES
+    perm = [i for c in range(0, len(perm), chunk) for i in sorted(perm[c : c + chunk], key=lambda i: -lengths[i])]
+    groups = [perm[b * per_global : (b + 1) * per_global] for b in range(n_global)]
+    return [groups[b][rank::world_size] for b in torch.randperm(n_global, generator=g).tolist()]
 
 
 def train_batches(
-    examples: list[Example], *, rank: int, world_size: int, batch_size: int,
-    seed: int, epoch: int, start: int, pad_id: int,
+    units: Sequence[Example] | Sequence[PackedRow], *, rank: int, world_size: int, batch_size: int,
+    seed: int, epoch: int, start: int, pad_id: int, group_by_length: bool = False,
 ) -> Iterator[Batch]:
-    """This rank's shuffled micro-batches of `epoch`, from micro-batch index `start` on."""
-    sampler = DistributedSampler(examples, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
-    sampler.set_epoch(epoch)
-    order = list(sampler)
-    for b in range(start, len(order) // batch_size):
-        yield collate([examples[i] for i in order[b * batch_size : (b + 1) * batch_size]], pad_id)
+    """This rank's shuffled micro-batches of `epoch`, from micro-batch index `start` on.
+    `units` are examples, or packed rows (then batches come from `collate_packed`)."""
+    if group_by_length:
+        lengths = [len(u.input_ids) if isinstance(u, Example) else len(u) for u in units]
+        batches = _grouped_batches(lengths, rank=rank, world_size=world_size, batch_size=batch_size, seed=seed, epoch=epoch)
+    else:
+        sampler = DistributedSampler(units, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        batches = [order[b * batch_size : (b + 1) * batch_size] for b in range(len(order) // batch_size)]
+    for b in batches[start:]:
+        chosen = [units[i] for i in b]
+        yield collate_packed(chosen, pad_id) if isinstance(chosen[0], PackedRow) else collate(chosen, pad_id)
 
 
 def eval_batches(examples: list[Example], *, rank: int, world_size: int, batch_size: int, pad_id: int) -> Iterator[Batch]:

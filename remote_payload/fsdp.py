@@ -40,7 +40,7 @@ from torch.distributed.tensor import DTensor
 
 from remote_payload import checkpoint
 from remote_payload import model as modeling
-from remote_payload.config import TrainConfig, TrainSetupError
+from remote_payload.config import TrainConfig
 
 log = logging.getLogger(__name__)
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -59,11 +59,8 @@ def shard(model: torch.nn.Module, device: torch.device, amp_dtype: torch.dtype |
     On CUDA with bf16/fp16, parameters are all-gathered in that dtype and gradients reduced in
     fp32 (`MixedPrecisionPolicy`); the sharded master weights and AdamW state stay fp32, and the
     trainer's autocast still decides per-op precision, as under DDP. On CPU nothing is cast.
-    fp16 is refused (`TrainSetupError`): GradScaler's inf check runs per rank and is unverified
-    on DTensor gradients, so ranks could disagree on skipping a step.
+    `amp_dtype` is never fp16: precision.py refuses fsdp with fp16 before the model is loaded.
     """
-    if amp_dtype == torch.float16:
-        raise TrainSetupError("strategy: fsdp does not support fp16 (GradScaler); use precision: bf16, or strategy: ddp")
     mp = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype and device.type == "cuda" \
         else MixedPrecisionPolicy()
     classes = _block_classes(model)

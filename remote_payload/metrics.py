@@ -2,6 +2,10 @@
 
 Contract: `MetricsLog` appends one JSON object per call and flushes it, so a reader tailing the
 file (the orchestrator's `orch status`) sees whole lines only. Non-main ranks write nothing.
+A run that starts at step N (resumed from checkpoint N, or N = 0) first drops the rows an earlier
+attempt wrote after step N (`drop_after`), so every step appears once: the file is rewritten to a
+temporary file, fsynced and renamed over it, so a crash leaves either the old or the new file and
+the rows up to step N are never lost.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import resource
 import sys
 import time
@@ -75,10 +80,52 @@ class Throughput:
         return out
 
 
-class MetricsLog:
-    """Appends JSON lines to `path` on the main rank; a no-op elsewhere."""
+def drop_after(path: Path, step: int) -> int:
+    """Rewrite `path` without the rows whose `step` is greater than `step` (an earlier attempt's
+    steps after the checkpoint a run resumes from) and without a torn last line (no newline: a
+    kill mid-write); every other line is kept byte for byte. Atomic (temporary file, fsync,
+    rename); the file is left untouched when nothing is dropped. Returns the number of lines dropped."""
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    kept = [line for i, line in enumerate(lines) if not _after(line, step, last=i == len(lines) - 1)]
+    if len(kept) == len(lines):
+        return 0
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.writelines(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
+    return len(lines) - len(kept)
 
-    def __init__(self, path: Path, enabled: bool) -> None:
+
+def _after(line: bytes, step: int, last: bool) -> bool:
+    """Whether `line` goes: a row of a later step, or a torn final line. A complete line that is
+    not a JSON object with an integer `step` stays (never lose what cannot be read)."""
+    if last and not line.endswith(b"\n"):
+        return True
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    value = row.get("step") if isinstance(row, dict) else None
+    return isinstance(value, int) and not isinstance(value, bool) and value > step
+
+
+class MetricsLog:
+    """Appends JSON lines to `path` on the main rank; a no-op elsewhere. `start_step`: the step
+    the run starts at; rows after it are dropped first (`drop_after`)."""
+
+    def __init__(self, path: Path, enabled: bool, start_step: int = 0) -> None:
+        if enabled and (dropped := drop_after(path, start_step)):
+            log.info("metrics.jsonl: dropped %d rows written after step %d by the interrupted attempt", dropped, start_step)
         self._file = path.open("a", encoding="utf-8") if enabled else None
 
     def write(self, record: dict[str, object]) -> None:

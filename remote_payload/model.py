@@ -6,10 +6,14 @@ Contracts:
 - `load_model_and_tokenizer` returns the model in fp32 on the CPU, and a tokenizer with a pad token.
 - `apply_finetune` sets `requires_grad` (and wraps LoRA) before any DDP wrap, and raises
   `TrainSetupError` when a configured name matches nothing.
+- `forward_inputs` gives the forward's keyword arguments and the matching targets for a batch;
+  for packed rows (data.py) attention never crosses an example: flash-attention varlen through
+  restarting `position_ids` on a flattened row, else an explicit block-diagonal causal mask.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import socket
@@ -20,6 +24,7 @@ from urllib.request import getproxies, proxy_bypass
 import torch
 
 from remote_payload.config import TrainConfig, TrainSetupError
+from remote_payload.data import Batch
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +100,24 @@ def _from_modelscope(model_id: str) -> Path:
         raise TrainSetupError(f"cannot download modelscope:{model_id}: {exc}") from None
 
 
-def load_model_and_tokenizer(path: Path) -> tuple[torch.nn.Module, object]:
-    """The causal LM in fp32 (trainable weights stay fp32 under autocast) and its tokenizer."""
+def load_model_and_tokenizer(path: Path, prefer_flash: bool = False) -> tuple[torch.nn.Module, object]:
+    """The causal LM in fp32 (trainable weights stay fp32 under autocast) and its tokenizer.
+
+    `prefer_flash` (packing on a GPU under fp16/bf16 autocast): load with `flash_attention_2` when
+    the `flash_attn` package is installed and the architecture supports it, else transformers'
+    default attention (the packed rows then get a block-diagonal mask, see `forward_inputs`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = None
+        if prefer_flash and importlib.util.find_spec("flash_attn") is not None:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="flash_attention_2")
+            except (ImportError, ValueError) as exc:
+                log.info("flash_attention_2 unavailable (%s); packed rows use a block-diagonal mask", str(exc).splitlines()[0])
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise TrainSetupError(f"cannot load a causal LM and tokenizer from {path}: {exc}") from None
     if tokenizer.pad_token_id is None:
@@ -157,19 +173,44 @@ def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `precision` on `device`, None for fp32; raises if unsupported."""
-    if device.type == "cuda":
-        bf16_ok = torch.cuda.is_bf16_supported()
-        if precision == "auto":
-            return torch.bfloat16 if bf16_ok else torch.float16
-        if precision == "bf16" and not bf16_ok:
-            raise TrainSetupError(f"precision bf16 is not supported on {torch.cuda.get_device_name(device)}; use fp16 or auto")
-    elif precision == "auto":
-        return None  # bf16 autocast measured ~20x slower than fp32 on CPUs without AMX
-    return {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-
-
 def hub_env_summary() -> str:
     """HF_ENDPOINT / offline settings, for the startup log."""
     return f"HF_ENDPOINT={os.environ.get('HF_ENDPOINT', '(default)')} HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}"
+
+
+def packing_mode(model: torch.nn.Module) -> str:
+    """How packed rows keep examples apart, from the (unwrapped, possibly peft) model's attention:
+    `varlen`: flash attention, rows flattened into one sequence whose restarting `position_ids`
+    become the varlen kernel's cu_seqlens (as `DataCollatorWithFlattening`); `position_ids`:
+    sliding-window models and other attention backends, where transformers derives the
+    per-example mask from the restarts itself (`find_packed_sequence_indices`); `bool_mask`
+    (sdpa) and `additive_mask` (eager): an explicit 4D block-diagonal causal mask."""
+    config = model.config
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if "flash" in impl:
+        return "varlen"
+    if getattr(config, "sliding_window", None) or impl not in ("sdpa", "eager"):
+        return "position_ids"
+    return "bool_mask" if impl == "sdpa" else "additive_mask"
+
+
+def forward_inputs(batch: Batch, mode: str | None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """(keyword arguments for the model's forward, targets aligned with its logits).
+
+    Unpacked batches (no `position_ids`): the input ids only; right padding under causal attention
+    needs no mask. Packed: see `packing_mode`. No host sync here."""
+    if batch.position_ids is None or batch.segment_ids is None:
+        return {"input_ids": batch.input_ids}, batch.targets
+    if mode == "varlen":  # (1, rows*width): padding runs are sequences of their own, without targets
+        return {"input_ids": batch.input_ids.view(1, -1), "position_ids": batch.position_ids.view(1, -1)}, batch.targets.view(1, -1)
+    inputs = {"input_ids": batch.input_ids, "position_ids": batch.position_ids}
+    if mode in ("bool_mask", "additive_mask"):
+        seg = batch.segment_ids
+        width = seg.shape[1]
+        causal = torch.ones(width, width, dtype=torch.bool, device=seg.device).tril()
+        allowed = ((seg[:, :, None] == seg[:, None, :]) & causal).unsqueeze(1)  # (rows, 1, query, key)
+        if mode == "additive_mask":
+            dtype = torch.float32  # weights stay fp32; eager adds the mask to the scores
+            allowed = torch.zeros(allowed.shape, dtype=dtype, device=seg.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+        inputs["attention_mask"] = allowed
+    return inputs, batch.targets

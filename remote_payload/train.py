@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from remote_payload import checkpoint, data, distributed, export, fsdp, metrics
+from remote_payload import checkpoint, data, distributed, export, fsdp, metrics, precision
 from remote_payload import model as modeling
 from remote_payload.config import TrainConfig, TrainSetupError
 from remote_payload.data import IGNORE
@@ -42,7 +42,8 @@ log = logging.getLogger("remote_payload.train")
 
 
 def lr_factor(step: int, *, warmup: int, total: int, schedule: str) -> float:
-    """Multiplier of the peak lr for optimizer step `step` (0-based): linear warm-up, then decay."""
+    """Multiplier of the peak lr for optimizer step `step` (0-based): linear warm-up, then decay towards 0,
+    which only `step == total`, one past the last step, reaches (the last step keeps a small lr)."""
     if step < warmup:
         return (step + 1) / (warmup + 1)
     if schedule == "constant":
@@ -78,16 +79,18 @@ def optimizer_step(
     return norm, stepped
 
 
-def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.AbstractContextManager) -> torch.Tensor:
+def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.AbstractContextManager,
+             packing: str | None = None) -> torch.Tensor:
     """Summed (not averaged) next-token cross-entropy over the batch's label tokens, in fp32.
 
-    No attention mask is passed: batches are right-padded and attention is causal, so padding
-    never influences a real token (and pads are never targets). Without a mask SDPA takes its
-    `is_causal` (flash) path instead of materialising a mask.
+    Unpacked batches pass no attention mask: they are right-padded and attention is causal, so
+    padding never influences a real token (and pads are never targets), and SDPA takes its
+    `is_causal` (flash) path. Packed rows get per-example attention (`packing`: model.packing_mode).
     """
+    inputs, targets = modeling.forward_inputs(batch, packing)
     with autocast:
-        logits = model(input_ids=batch.input_ids, use_cache=False).logits  # no KV cache in training
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE, reduction="sum")
+        logits = model(**inputs, use_cache=False).logits  # no KV cache in training
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
 
 
 @torch.no_grad()
@@ -115,24 +118,31 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # the same seed on every rank: new modules (LoRA) start identical
-    amp_dtype = modeling.resolve_precision(cfg.precision, info.device)
+    run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: precision.py
+    amp_dtype = precision.autocast_dtype(run_precision)
     autocast = torch.autocast(info.device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
     log.info("device %s, world size %d, precision %s (%s), %s", info.device, info.world_size, cfg.precision,
              amp_dtype or torch.float32, modeling.hub_env_summary())
 
     # ---- model, data, resume point
-    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model))
+    d = cfg.data
+    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model),
+                                                        prefer_flash=d.packing and info.device.type == "cuda" and amp_dtype is not None)
     raw_model = modeling.apply_finetune(base, cfg).to(info.device)
     raw_model.train()  # from_pretrained returns eval mode: dropout would be off until the first eval
     n_trainable, n_total = modeling.count_parameters(raw_model)
     log.info("finetune %s: %s of %s parameters trainable (%.2f%%)", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
              100 * n_trainable / n_total)
-    d = cfg.data
     train_set = data.load_examples(d.train, d.format, tokenizer, d.max_length, d.sample, cfg.seed)
     eval_set = data.load_examples(d.eval, d.format, tokenizer, d.max_length) if d.eval else None
-    steps_per_epoch = data.batches_per_epoch(len(train_set), info.world_size, cfg.batch_size) // cfg.grad_accum
+    packing = modeling.packing_mode(raw_model) if d.packing else None  # how packed rows keep examples apart
+    units = data.pack(train_set, d.max_length, cfg.seed) if packing else train_set  # packed rows, or examples
+    if packing:
+        log.info("packing %d examples into %d rows of up to %d tokens (%.1f%% filled; %s)", len(train_set), len(units),
+                 d.max_length, 100 * sum(map(len, units)) / (len(units) * d.max_length), packing)
+    steps_per_epoch = data.batches_per_epoch(len(units), info.world_size, cfg.batch_size) // cfg.grad_accum
     if steps_per_epoch == 0:
-        raise TrainSetupError(f"{d.train}: {len(train_set)} examples are fewer than one step "
+        raise TrainSetupError(f"{d.train}: {len(units)} {'packed rows' if d.packing else 'examples'} are fewer than one step "
                               f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     ckpt = checkpoint.latest_checkpoint(out)
@@ -157,7 +167,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
-    scaler = torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16)
+    scaler = torch.amp.GradScaler(info.device.type, enabled=precision.uses_grad_scaler(run_precision))
     progress = checkpoint.Progress(world_size=info.world_size)
     if ckpt is not None:
         progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
@@ -168,11 +178,12 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     saved_step = evaluated_step = step if ckpt is not None else -1
 
     # ---- the loop
-    metrics_log = metrics.MetricsLog(out / "metrics.jsonl", info.is_main)
+    metrics_log = metrics.MetricsLog(out / "metrics.jsonl", info.is_main, start_step=step)
     peak_flops = metrics.device_peak_flops(info.device) if amp_dtype else None
     flops_per_token = metrics.flops_per_token(n_total, n_trainable)
     meter = metrics.Throughput()
     interval_loss = torch.zeros((), device=info.device)
+    interval_slots = 0  # token positions computed, padding included
     log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
              total_steps, steps_per_epoch, cfg.grad_accum, cfg.batch_size)
 
@@ -185,11 +196,15 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
 
     def report(lr: float, grad_norm: torch.Tensor) -> None:
         """metrics.jsonl + a progress line for the steps since the last report (syncs once)."""
-        counts = torch.tensor([meter.label_tokens, meter.tokens], dtype=torch.float64)
+        nonlocal interval_slots
+        counts = torch.tensor([meter.label_tokens, meter.tokens, interval_slots], dtype=torch.float64)
         stats = torch.cat([interval_loss.double().cpu().view(1), counts])
-        loss_total, label_total, token_total = distributed.all_reduce_sum(info, stats).tolist()
+        loss_total, label_total, token_total, slot_total = distributed.all_reduce_sum(info, stats).tolist()
         interval_loss.zero_()
+        interval_slots = 0
         rates = meter.report(token_total, label_total)
+        # useful tokens: non-padding tokens with a loss (= label tokens); padding: share of computed positions
+        rates.update(useful_tokens_per_s=rates["label_tokens_per_s"], padding_fraction=1.0 - token_total / max(slot_total, 1.0))
         mfu = rates["tokens_per_s"] / info.world_size * flops_per_token / peak_flops if peak_flops else None
         row = {"step": step, "epoch": epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr, "grad_norm": float(grad_norm),
                **rates, "peak_mem_mb": metrics.peak_memory_mb(info.device), "mfu": mfu}
@@ -210,9 +225,9 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     while step < total_steps and not stopping:
         if step_in_epoch >= steps_per_epoch:  # ">": resumed with more processes, so shorter epochs
             epoch, step_in_epoch = epoch + 1, 0
-        batches = data.train_batches(train_set, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
+        batches = data.train_batches(units, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
                                      seed=cfg.seed, epoch=epoch, start=step_in_epoch * cfg.grad_accum,
-                                     pad_id=tokenizer.pad_token_id)
+                                     pad_id=tokenizer.pad_token_id, group_by_length=d.group_by_length)
         while step_in_epoch < steps_per_epoch and step < total_steps:
             micro = [next(batches).to(info.device) for _ in range(cfg.grad_accum)]
             n_labels = sum(b.n_label_tokens for b in micro)
@@ -226,7 +241,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
             for i, batch in enumerate(micro):
                 sync = i == len(micro) - 1
                 with no_sync() if not sync else contextlib.nullcontext():
-                    loss = loss_sum(model, batch, autocast)
+                    loss = loss_sum(model, batch, autocast, packing)
                     scaler.scale(loss * weight).backward()
                 interval_loss += loss.detach()
             lr = optimizer.param_groups[0]["lr"]
@@ -235,6 +250,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
             n_tokens = sum(b.n_tokens for b in micro)
             tokens_seen, labels_seen = tokens_seen + n_tokens, labels_seen + n_labels
             meter.add(n_tokens, n_labels)
+            interval_slots += sum(b.input_ids.numel() for b in micro)
 
             if step % cfg.log_every == 0 or step == total_steps:
                 report(lr, grad_norm)

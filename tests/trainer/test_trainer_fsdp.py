@@ -4,14 +4,12 @@ bit-identical."""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_resume import assert_bit_identical, children, wait_for, wait_gone, weights
-from trainer_helpers import base_config, run, start, train_losses
+from test_trainer_resume import assert_bit_identical, assert_resumes_bit_identical, kill_after_checkpoint, weights
+from trainer_helpers import base_config, run, train_losses
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
@@ -66,18 +64,8 @@ def test_fsdp_run_killed_after_a_checkpoint_resumes_bit_identical(assets: Path, 
     assert result.returncode == 0, result.stdout
 
     job = tmp_path / "job"
-    proc = start(job, cfg, assets, nproc=2)
-    wait_for(job / "checkpoints" / "step-10" / "COMPLETE", proc)
-    workers = children(proc.pid)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    wait_gone(workers)
-    assert not (job / "outputs").exists(), "the run finished before it could be killed"
-
-    resumed = run(job, cfg, assets, nproc=2)
-    assert resumed.returncode == 0, resumed.stdout
-    assert "resuming from" in resumed.stdout
-    assert_bit_identical(ref / "outputs", job / "outputs")
+    kill_after_checkpoint(job, cfg, assets, 2, 10)
+    assert_resumes_bit_identical(ref, job, cfg, assets, 2)
     assert_bit_identical(ref / "checkpoints" / "step-30", job / "checkpoints" / "step-30")
     assert train_losses(ref)[-1] == train_losses(job)[-1]
 

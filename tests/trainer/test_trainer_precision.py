@@ -10,7 +10,7 @@ import pytest
 import torch
 from trainer_helpers import base_config, metrics, run
 
-from remote_payload.model import resolve_precision
+from remote_payload import precision as rules
 from remote_payload.train import lr_factor, optimizer_step
 
 
@@ -57,9 +57,11 @@ def test_lr_warms_up_linearly_then_follows_the_schedule(schedule: str) -> None:
     assert f(12) == pytest.approx({"cosine": 0.5, "linear": 0.5, "constant": 1.0}[schedule])
 
 
-def test_auto_precision_is_fp32_on_cpu() -> None:
-    assert resolve_precision("auto", torch.device("cpu")) is None
-    assert resolve_precision("bf16", torch.device("cpu")) is torch.bfloat16
+def test_auto_precision_on_this_cpu_follows_its_bf16_speed() -> None:
+    cpu = torch.device("cpu")
+    fast = rules.probe(cpu).fast_bf16  # AMX
+    assert rules.autocast_dtype(rules.on_device("auto", "ddp", cpu)) is (torch.bfloat16 if fast else None)
+    assert rules.autocast_dtype(rules.on_device("bf16", "ddp", cpu)) is torch.bfloat16
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

@@ -47,6 +47,33 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def kill_hard(proc: subprocess.Popen) -> list[int]:
+    """SIGKILL a torchrun run; its workers (in sessions of their own: killpg does not reach
+    them) die with the agent (PR_SET_PDEATHSIG), not as orphans still training."""
+    workers = children(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_gone(workers)
+    return workers
+
+
+def kill_after_checkpoint(job: Path, cfg: dict, assets: Path, nproc: int, step: int) -> list[int]:
+    """Start the run in ``job``, SIGKILL it once checkpoint ``step`` is complete; its workers."""
+    proc = start(job, cfg, assets, nproc=nproc)
+    wait_for(job / "checkpoints" / f"step-{step}" / "COMPLETE", proc)
+    workers = kill_hard(proc)
+    assert not (job / "outputs").exists(), "the run finished before it could be killed"
+    return workers
+
+
+def assert_resumes_bit_identical(ref: Path, job: Path, cfg: dict, assets: Path, nproc: int) -> None:
+    """Resume the killed run in ``job``: it says so and exports what the uninterrupted ``ref`` did."""
+    resumed = run(job, cfg, assets, nproc=nproc)
+    assert resumed.returncode == 0, resumed.stdout
+    assert "resuming from" in resumed.stdout
+    assert_bit_identical(ref / "outputs", job / "outputs")
+
+
 def assert_bit_identical(a: Path, b: Path) -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys() and wa
@@ -63,19 +90,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_bit_identical(assets: Path, tmp
     assert result.returncode == 0, result.stdout
 
     job = tmp_path / "job"
-    proc = start(job, cfg, assets, nproc=nproc)
-    wait_for(job / "checkpoints" / "step-10" / "COMPLETE", proc)
-    workers = children(proc.pid)  # torchrun puts them in their own sessions: killpg does not reach them
-    assert len(workers) == nproc
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    wait_gone(workers)  # they die with the agent (PR_SET_PDEATHSIG), not as orphans still training
-    assert not (job / "outputs").exists(), "the run finished before it could be killed"
-
-    resumed = run(job, cfg, assets, nproc=nproc)
-    assert resumed.returncode == 0, resumed.stdout
-    assert "resuming from" in resumed.stdout
-    assert_bit_identical(ref / "outputs", job / "outputs")
+    assert len(kill_after_checkpoint(job, cfg, assets, nproc, 10)) == nproc
+    assert_resumes_bit_identical(ref, job, cfg, assets, nproc)
     assert_bit_identical(ref / "checkpoints" / "step-100", job / "checkpoints" / "step-100")
     assert train_losses(ref)[-1] == train_losses(job)[-1]
 

@@ -154,15 +154,11 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
     one when the end frames carried it (no further round trip), else asked of every node when
     following, else the registry's. ``node=None`` on a multi-node job merges every node's log,
     each line prefixed ``[node i]``. The whole log of an ended job is kept on the laptop
-    (``logcache``) and printed from there next time, without a host. ``remotes``: connections
-    this command already holds, by host name (``submit --follow``): used instead of new ones."""
+    (``logcache``; ``orch logs`` prints it from there next time, without a host). ``remotes``:
+    connections this command already holds, by host name (``submit --follow``): used instead
+    of new ones."""
     remotes = remotes or {}
-    whole = node is None and tail is None
-    kept = logcache.load(record.job_id, record.status()) if whole else None
-    if kept is not None:
-        write(kept)
-        return record.status()
-    capture = logcache.Capture(write) if whole else None
+    capture = logcache.Capture(write) if node is None and tail is None else None
     write = capture or write
     hosts = nodes_of(record, inventory)
     if node is not None and not 0 <= node < len(hosts):

@@ -22,7 +22,7 @@ from orchestrator import shell
 from orchestrator.errors import CommandFailed, HostError, RemoteError, RootNotWritable
 from orchestrator.hosts import Host
 from orchestrator.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
-from orchestrator.session import HelperEnded, Session, StreamCall
+from orchestrator.session import Deadline, HelperEnded, Session, StreamCall
 from orchestrator.termtext import clean
 from orchestrator.transport.base import Result, Transport
 from remote_payload import protocol
@@ -69,16 +69,13 @@ class Remote:
         for attempt in range(2):
             proc = self.transport.start(self.argv(), warm=attempt == 0)
             session = Session(proc)
-            fired = threading.Event()
-            slow = threading.Timer(START_S, lambda: (fired.set(), session.kill()))
-            slow.daemon = True
-            slow.start()
+            slow = Deadline(START_S, session)
             try:
-                session.wait_ready()
+                with slow:
+                    session.wait_ready()
                 return session
             except (HelperEnded, HostError) as ended:
-                slow.cancel()
-                if fired.is_set():
+                if slow.fired.is_set():
                     raise RemoteError(
                         f"{self.host.name}: orch's helper did not start within {START_S:g} s: the login shell "
                         f"(bash -l, with ~/.bash_profile, ~/.bashrc) hangs or is very slow there; check it with "
@@ -98,8 +95,6 @@ class Remote:
             except ProtocolError as exc:
                 session.kill()
                 raise RemoteError(f"{self.host.name}: {exc}") from None
-            finally:
-                slow.cancel()
         raise AssertionError("unreachable")
 
     def _take(self) -> Session:
@@ -131,30 +126,19 @@ class Remote:
             raise ValueError(f"{op} streams: use start() and finish()")
         checked = protocol.check_args(op, args)
         session = self._take()
-        fired = threading.Event()
-
-        def expire() -> None:
-            fired.set()
-            session.kill()
-
-        timer = threading.Timer(timeout, expire) if timeout is not None else None
-        if timer is not None:
-            timer.daemon = True
-            timer.start()
+        late = Deadline(timeout, session)
         try:
-            session.request(op, checked)
-            kind, payload = session.next_frame()
+            with late:
+                session.request(op, checked)
+                kind, payload = session.next_frame()
             if kind != REPLY:
                 raise ProtocolError(f"a {kind!r} frame instead of the reply")
             value = session.reply(op, payload)
         except (HelperEnded, ProtocolError, HostError) as exc:
             session.broken = True
-            if fired.is_set():
+            if late.fired.is_set():
                 raise RemoteError(f"{self.host.name}: {op} did not answer within {timeout:g} s") from None
             raise self._broken(op, session, exc) from None
-        finally:
-            if timer is not None:
-                timer.cancel()
         self._give(session)
         return self._checked(op, value)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from typing import Any, Callable
 
 from orchestrator.testhooks import pause
@@ -102,6 +103,29 @@ class Session:
             self.proc.close_stdin()
         except OSError:
             pass
+
+
+class Deadline:
+    """``with Deadline(seconds, session):`` kills the session if the block is still running
+    after ``seconds`` (None: never); ``fired`` says afterwards whether it did."""
+
+    def __init__(self, seconds: float | None, session: Session) -> None:
+        self.fired = threading.Event()
+        self.timer = None if seconds is None else threading.Timer(seconds, self._expire, args=(session,))
+
+    def _expire(self, session: Session) -> None:
+        self.fired.set()
+        session.kill()
+
+    def __enter__(self) -> "Deadline":
+        if self.timer is not None:
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 class StreamCall(Process):

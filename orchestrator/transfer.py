@@ -134,8 +134,10 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
     total: dict[str, Any] = {}
     for _ in range(SEND_ROUNDS):
         value, changed = _send_once(remote, project, root, plan, progress)
-        recorded = synccache.after_receive(remote.host, project, plan.recorded, value) if plan.base is not None else None
-        if recorded is None:
+        if plan.base is not None:
+            recorded = synccache.after_receive(remote.host, project, plan.recorded, value)
+        else:  # every entry was sent: the next hello brings the record whole
+            recorded = None
             synccache.store(remote.host, project, None, {})
         for key, number in value.items():
             if key != "changes":

@@ -15,7 +15,8 @@ big-endian length, the payload.
   reply object has a field named ``error``).
 
 To add a request: a row in ``REQUESTS`` (its fields with types and defaults, its reply's
-fields, whether it reads or writes a stream, whether it holds the jobs lock) and a handler of
+fields, whether it reads or writes a stream, whether it holds the jobs lock, where its reply
+holds job statuses) and a handler of
 the same name in ``remote_payload/serve.py``. Both sides check arguments against the row;
 the laptop checks every reply against it and rejects a malformed one naming the request.
 """
@@ -87,6 +88,8 @@ class Request(NamedTuple):
     reads: bool = False          # takes a byte stream (D frames up to E)
     writes: bool = False         # answers with a byte stream before its reply
     locked: bool = False         # runs under the host's jobs lock (launch, resume, cancel)
+    statuses: str = ""           # where the reply holds job statuses (checked against JOB_STATUS and
+    #                              STATES): "reply" itself, its "status" field, every value of "jobs"
 
 
 OPT = None  # an optional reply field: checked when present
@@ -110,9 +113,10 @@ REQUESTS: Dict[str, Request] = {
                         "generation": (str, REQUIRED), "changes": (dict, OPT)}, reads=True),
     "launch": Request({"request": (dict, REQUIRED)},
                       {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT),
-                       "job_dir": (str, OPT)}, locked=True),
-    "status": Request({"jobs": (list, REQUIRED)}, {"jobs": (dict, REQUIRED)}),
-    "cancel": Request({"job": (str, REQUIRED), "grace": (NUMBER, REQUIRED)}, JOB_STATUS, locked=True),
+                       "job_dir": (str, OPT)}, locked=True, statuses="status"),
+    "status": Request({"jobs": (list, REQUIRED)}, {"jobs": (dict, REQUIRED)}, statuses="jobs"),
+    "cancel": Request({"job": (str, REQUIRED), "grace": (NUMBER, REQUIRED)}, JOB_STATUS, locked=True,
+                      statuses="reply"),
     "resume": Request({"job": (str, REQUIRED), "whole_job": (bool, False)}, {"pid": (int, REQUIRED)}, locked=True),
     "follow": Request({"job": (str, REQUIRED), "offset": (int, REQUIRED), "node": (int, REQUIRED),
                        "follow": (bool, REQUIRED), "heartbeat": (NUMBER, REQUIRED)}, {}, writes=True),
@@ -121,7 +125,7 @@ REQUESTS: Dict[str, Request] = {
     "manifest": Request(JOB, {"files": (list, REQUIRED), "state": (str, REQUIRED), "outputs": ((list, NONE), OPT)}),
     "send": Request({"job": (str, REQUIRED), "files": (list, REQUIRED)}, {}, writes=True),
     "send_ws": Request({"project": (str, REQUIRED), "files": (list, REQUIRED)}, {}, writes=True),
-    "show": Request(JOB, {"status": (dict, REQUIRED)}),
+    "show": Request(JOB, {"status": (dict, REQUIRED)}, statuses="status"),
     "fetched": Request(JOB, {"ok": (bool, REQUIRED)}),
     "free_port": Request({}, {"port": (int, REQUIRED), "hostname": (str, REQUIRED)}),
     "listen": Request({"port": (int, REQUIRED), "seconds": (NUMBER, REQUIRED)}, {"ok": (bool, REQUIRED)},
@@ -184,14 +188,15 @@ def check_reply(op: str, value: Any) -> Dict[str, Any]:
     """A reply to ``op`` checked against its row (an ``error`` reply passes as it is)."""
     if isinstance(value, dict) and "error" in value:
         return value
-    check_shape("the reply to %s" % op, value, REQUESTS[op].reply)
-    if op == "status":
+    request = REQUESTS[op]
+    check_shape("the reply to %s" % op, value, request.reply)
+    if request.statuses == "jobs":
         for job, status in value["jobs"].items():
             check_job_status("the status of %s" % job, status)
-    elif op in ("show", "launch") and isinstance(value.get("status"), dict):
+    elif request.statuses == "status" and "status" in value:
         check_job_status("the reply's status", value["status"])
-    elif op == "cancel":
-        check_job_status("the reply to cancel", value)
+    elif request.statuses == "reply":
+        check_job_status("the reply to %s" % op, value)
     return value
 
 

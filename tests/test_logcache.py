@@ -23,6 +23,8 @@ def test_an_ended_jobs_log_is_printed_again_without_the_host(orch: Orch, host: s
     if host != "local":
         orch("hosts", "rm", host)  # and the host itself: no connection is even possible
     assert orch("logs", job).stdout == first
+    followed = orch("logs", job, "-f")  # following an ended job: its kept log, then its final line
+    assert followed.stdout == first and f"{job} succeeded" in followed.stderr
 
 
 def test_the_kept_log_answers_only_for_the_status_it_was_read_under(orch: Orch) -> None:

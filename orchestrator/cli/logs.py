@@ -67,9 +67,11 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
       orch logs gpt2-lora --tail 50
     """
     record = app.registry.get(job)
-    kept = logcache.load(record.job_id, record.status()) if node is None and tail is None and not follow else None
+    kept = logcache.load(record.job_id, record.status()) if node is None and tail is None else None
     if kept is not None:  # an ended job's whole log, kept by an earlier read: no host, no network code loaded
         app.write(kept)
+        if follow:
+            app.say(final_line(record.job_id, record.status()))
         return
     if follow:
         follow_to_end(app, record, node=node, tail=tail)

@@ -20,7 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
                       field_validator, model_validator)
 
 from orchestrator.errors import SpecError
-from orchestrator.specerrors import data_path, plain_message, yaml_problem
+from orchestrator.specerrors import data_path, named_field, plain_message, yaml_problem
 from remote_payload.config import TrainConfig
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -350,5 +350,7 @@ def format_errors(exc: ValidationError, data: Any, marks: Marks, where: str) -> 
             message = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
         else:
             message = plain_message(err, job_schema(), path, PATTERN_WORDS)
+            if kind == "value_error" and (named := named_field(path, message, marks)) != path:
+                mark, field_name = _mark_of(marks, named), ".".join(str(p) for p in named)
         lines.append(f"{where}:{mark[0]}:{mark[1]}: {field_name}: {message}")
     return "\n".join(dict.fromkeys(lines))

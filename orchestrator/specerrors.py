@@ -55,6 +55,18 @@ def plain_message(err: dict[str, Any], schema: dict[str, Any], path: tuple[Any, 
     return f"must be {allowed} (got {shown(err.get('input'))})"
 
 
+def named_field(path: tuple[Any, ...], message: str, marks: dict[tuple[Any, ...], Any]) -> tuple[Any, ...]:
+    """The written field a cross-field rule's message starts with (``memory.quantize needs ...``,
+    ``finetune: partial needs ...``), as a key path under ``path`` or one of its parents; ``path``
+    itself when the message names no field written in the file. Lets the error point at the
+    field's own line instead of the section holding it."""
+    head = message.split(" ", 1)[0].rstrip(":,")
+    parts = tuple(head.split("."))
+    if not all(part.isidentifier() for part in parts):
+        return path
+    return next((path[:n] + parts for n in range(len(path), -1, -1) if path[:n] + parts in marks), path)
+
+
 def shown(value: Any, limit: int = 40) -> str:
     """A value as YAML would spell it, cut to ``limit`` characters."""
     if value is None:

@@ -22,6 +22,7 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Schedule = Literal["cosine", "linear", "constant"]
 Strategy = Literal["ddp", "fsdp"]
 DataFormat = Literal["text", "alpaca"]
+Quantize = Literal["4bit", "8bit"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -138,6 +139,29 @@ class ExportSection(BaseModel):
     )
 
 
+class MemorySection(BaseModel):
+    """Trade compute or precision of the frozen weights for memory (what fits a 24 GB card: docs/trainer.md)."""
+
+    model_config = _FROZEN
+
+    gradient_checkpointing: bool = Field(
+        False,
+        description=(
+            "Keep only each layer's input in the forward pass and recompute the rest in the backward pass: "
+            "activation memory drops from every layer's to about one layer's, for roughly a third more compute. "
+            "Losses and gradients are unchanged (dropout masks are replayed)."
+        ),
+    )
+    quantize: Quantize | None = Field(
+        None,
+        description=(
+            "QLoRA: load the frozen base weights in 4-bit NF4 (with double quantization) or 8-bit through "
+            "bitsandbytes; the LoRA adapter trains in full precision. Needs finetune: lora, strategy: ddp, a CUDA "
+            "GPU and the bitsandbytes package: refused before training otherwise, never silently unquantized."
+        ),
+    )
+
+
 class TrainConfig(BaseModel):
     """The built-in trainer's whole configuration (the `train:` section of job.yaml)."""
 
@@ -174,6 +198,7 @@ class TrainConfig(BaseModel):
     save_every: int = Field(100, gt=0, description="Write a checkpoint every this many steps (and at the end, and on SIGTERM).")
     keep_checkpoints: int = Field(2, gt=0, description="Keep this many newest complete checkpoints; older ones are deleted after a successful save.")
     strategy: Strategy = Field("ddp", description="ddp: data parallel. fsdp: torch FSDP2, params/grads/optimizer state sharded; not with fp16.")
+    memory: MemorySection = Field(default_factory=MemorySection, description="Gradient checkpointing and QLoRA base weights.")
     export: ExportSection = Field(default_factory=ExportSection, description="Extra outputs: merged LoRA model, pruning.")
 
     @model_validator(mode="before")
@@ -198,4 +223,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"export.merge_lora needs finetune: lora (finetune is {self.finetune})")
         if self.export.prune is not None and self.finetune == "lora" and not self.export.merge_lora:
             raise ValueError("export.prune with finetune: lora prunes the merged model: set export.merge_lora: true")
+        if self.memory.quantize and self.finetune != "lora":
+            raise ValueError(f"memory.quantize freezes the base weights in {self.memory.quantize}: it needs finetune: lora "
+                             f"(finetune is {self.finetune})")
+        if self.memory.quantize and self.strategy == "fsdp":
+            raise ValueError("memory.quantize does not shard: bitsandbytes weights cannot be split by strategy: fsdp; "
+                             "use strategy: ddp")
         return self

@@ -6,7 +6,9 @@
 
 Contract: main rank only. The folder is built as `outputs.tmp/` and renamed into place, so
 `outputs/` is either the previous complete export or the new complete one. Exporting may modify
-the model in place (merging, pruning): call it last.
+the model in place (merging, pruning): call it last. With `memory.quantize` the adapter is merged
+into the base loaded afresh in its stored dtype on the CPU (`merge_into_fresh_base`), never into
+the 4/8-bit weights, which would round the merged model to the quantization grid.
 """
 
 from __future__ import annotations
@@ -44,6 +46,16 @@ def magnitude_prune(model: torch.nn.Module, amount: float) -> float:
     return zeros / total
 
 
+def merge_into_fresh_base(adapter_dir: Path, model_path: Path) -> torch.nn.Module:
+    """The peft adapter saved in `adapter_dir` merged into the base at `model_path`, loaded unquantized
+    in the dtype it is stored in, on the CPU (a 7B bf16 base needs ~14 GB of RAM)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
+    return PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+
+
 def export_outputs(raw_model: torch.nn.Module, tokenizer: object, cfg: TrainConfig, out: Path) -> dict[str, object]:
     """Write `out/outputs/` (see the module doc) and return the export report."""
     tmp, final = out / "outputs.tmp", out / "outputs"
@@ -56,7 +68,13 @@ def export_outputs(raw_model: torch.nn.Module, tokenizer: object, cfg: TrainConf
         tokenizer.save_pretrained(tmp)
         report["adapter"] = "."
         if cfg.export.merge_lora:
-            target, target_dir = raw_model.merge_and_unload(), tmp / "merged"
+            if cfg.memory.quantize:
+                from remote_payload.model import resolve_model_path
+
+                target = merge_into_fresh_base(tmp, resolve_model_path(cfg.model))
+            else:
+                target = raw_model.merge_and_unload()
+            target_dir = tmp / "merged"
             report["merged"] = "merged"
     if cfg.export.prune is not None:
         report["sparsity"] = magnitude_prune(target, cfg.export.prune.amount)

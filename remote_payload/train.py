@@ -9,47 +9,39 @@ when there is one. Exit codes: 0 done; 2 a configuration/data/model problem foun
 training (one-line message in the log); 128+signal (143 for SIGTERM) when stopped by a signal
 after writing a checkpoint; anything else is a crash with a traceback.
 
-Read top to bottom: setup (device, precision, model, data, resume) → DDP or FSDP (fsdp.py) → loop →
-save/export.
+Read top to bottom: `train` = `trainsetup.setup` (seed, precision, model, data, resume point,
+DDP/FSDP, optimizer) → `micro_batches` / `train_step` per optimizer step → `Book` (report,
+evaluate, save on their schedules) → `finish` (final save and eval, export). Each piece takes the
+`Run` and can be called on its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import math
 import os
-import random
 import sys
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel
 
-from remote_payload import checkpoint, data, distributed, export, fsdp, metrics, precision
+from remote_payload import checkpoint, data, distributed, export, fsdp, metrics, trainsetup
 from remote_payload import model as modeling
 from remote_payload.config import TrainConfig, TrainSetupError
 from remote_payload.data import IGNORE
+from remote_payload.trainsetup import Run, lr_factor
+
+__all__ = ["lr_factor", "optimizer_step", "loss_sum", "evaluate", "train", "main"]
 
 log = logging.getLogger("remote_payload.train")
-
-
-def lr_factor(step: int, *, warmup: int, total: int, schedule: str) -> float:
-    """Multiplier of the peak lr for optimizer step `step` (0-based): linear warm-up, then decay towards 0,
-    which only `step == total`, one past the last step, reaches (the last step keeps a small lr)."""
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
 
 
 def optimizer_step(
@@ -113,172 +105,158 @@ def evaluate(raw_model: torch.nn.Module, examples: list[data.Example], cfg: Trai
     return loss / max(count, 1.0)
 
 
-def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distributed.StopSignal) -> int:
-    """Run (or resume) the whole job; returns the process exit code."""
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # the same seed on every rank: new modules (LoRA) start identical
-    run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: precision.py
-    amp_dtype = precision.autocast_dtype(run_precision)
-    autocast = torch.autocast(info.device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
-    log.info("device %s, world size %d, precision %s (%s), %s", info.device, info.world_size, cfg.precision,
-             amp_dtype or torch.float32, modeling.hub_env_summary())
+def micro_batches(run: Run) -> Iterator[list[data.Batch]]:
+    """The `grad_accum` micro-batches of each optimizer step, from where `run.progress` stands up to
+    `run.total_steps`, on this rank's device. The caller advances `run.progress` between items;
+    an epoch that is over (">": resumed with more processes, so shorter epochs) starts the next one."""
+    cfg, info = run.cfg, run.info
+    while run.progress.step < run.total_steps:
+        if run.progress.step_in_epoch >= run.steps_per_epoch:
+            run.progress = replace(run.progress, epoch=run.progress.epoch + 1, step_in_epoch=0)
+        batches = data.train_batches(run.units, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
+                                     seed=cfg.seed, epoch=run.progress.epoch, start=run.progress.step_in_epoch * cfg.grad_accum,
+                                     pad_id=run.tokenizer.pad_token_id, group_by_length=cfg.data.group_by_length)
+        while run.progress.step_in_epoch < run.steps_per_epoch and run.progress.step < run.total_steps:
+            yield [next(batches).to(info.device) for _ in range(cfg.grad_accum)]
 
-    # ---- model, data, resume point
-    d = cfg.data
-    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model),
-                                                        prefer_flash=d.packing and info.device.type == "cuda" and amp_dtype is not None)
-    raw_model = modeling.apply_finetune(base, cfg).to(info.device)
-    raw_model.train()  # from_pretrained returns eval mode: dropout would be off until the first eval
-    n_trainable, n_total = modeling.count_parameters(raw_model)
-    log.info("finetune %s: %s of %s parameters trainable (%.2f%%)", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
-             100 * n_trainable / n_total)
-    train_set = data.load_examples(d.train, d.format, tokenizer, d.max_length, d.sample, cfg.seed)
-    eval_set = data.load_examples(d.eval, d.format, tokenizer, d.max_length) if d.eval else None
-    packing = modeling.packing_mode(raw_model) if d.packing else None  # how packed rows keep examples apart
-    units = data.pack(train_set, d.max_length, cfg.seed) if packing else train_set  # packed rows, or examples
-    if packing:
-        log.info("packing %d examples into %d rows of up to %d tokens (%.1f%% filled; %s)", len(train_set), len(units),
-                 d.max_length, 100 * sum(map(len, units)) / (len(units) * d.max_length), packing)
-    steps_per_epoch = data.batches_per_epoch(len(units), info.world_size, cfg.batch_size) // cfg.grad_accum
-    if steps_per_epoch == 0:
-        raise TrainSetupError(f"{d.train}: {len(units)} {'packed rows' if d.packing else 'examples'} are fewer than one step "
-                              f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
-    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-    ckpt = checkpoint.latest_checkpoint(out)
-    seen = {str(c) for c in distributed.all_gather_object(info, ckpt and ckpt.name)}
-    if len(seen) > 1:  # only rank 0 writes: other nodes see nothing without a shared filesystem
-        raise TrainSetupError(f"ranks see different latest checkpoints {sorted(seen)}: resuming across nodes needs "
-                              "the job folder's checkpoints/ on every node")
-    if ckpt is not None:
-        checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
 
-    # ---- DDP or FSDP, optimizer, schedule, scaler (requires_grad is final before the wrap)
-    sharded = cfg.strategy == "fsdp" and info.enabled  # FSDP shards in place: raw_model is model
-    ddp = info.world_size > 1 and not sharded
-    if cfg.strategy == "fsdp" and not sharded:
-        log.info("strategy fsdp without torchrun: one process, nothing to shard; training unsharded")
-    model = DistributedDataParallel(
-        raw_model, device_ids=[info.local_rank] if info.device.type == "cuda" else None,
-        find_unused_parameters=False, gradient_as_bucket_view=True,
-    ) if ddp else fsdp.shard(raw_model, info.device, amp_dtype) if sharded else raw_model
-    no_sync = functools.partial(fsdp.no_sync, model) if sharded else model.no_sync if ddp else contextlib.nullcontext
-    params = [p for p in raw_model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
-    scaler = torch.amp.GradScaler(info.device.type, enabled=precision.uses_grad_scaler(run_precision))
-    progress = checkpoint.Progress(world_size=info.world_size)
-    if ckpt is not None:
-        progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
-                                                  scheduler, scaler)
-        log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
-    step, epoch, step_in_epoch = progress.step, progress.epoch, progress.step_in_epoch
-    tokens_seen, labels_seen = progress.tokens_seen, progress.label_tokens_seen
-    saved_step = evaluated_step = step if ckpt is not None else -1
+@dataclass
+class Interval:
+    """What this rank did since the last report: summed label loss (on the device: no host sync per
+    step), token counts and rates (`meter`), and token positions computed, padding included."""
 
-    # ---- the loop
-    metrics_log = metrics.MetricsLog(out / "metrics.jsonl", info.is_main, start_step=step)
-    peak_flops = metrics.device_peak_flops(info.device) if amp_dtype else None
-    flops_per_token = metrics.flops_per_token(n_total, n_trainable)
-    meter = metrics.Throughput()
-    interval_loss = torch.zeros((), device=info.device)
-    interval_slots = 0  # token positions computed, padding included
-    log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
-             total_steps, steps_per_epoch, cfg.grad_accum, cfg.batch_size)
+    loss: torch.Tensor
+    meter: metrics.Throughput = field(default_factory=metrics.Throughput)
+    slots: int = 0
 
-    def save() -> None:
-        nonlocal saved_step
-        now = checkpoint.Progress(step, epoch, step_in_epoch, info.world_size, tokens_seen, labels_seen)
-        states = fsdp.full_state_dicts(model, optimizer) if sharded else None  # every rank gathers, rank 0 writes
-        checkpoint.save_checkpoint(info, out, raw_model, cfg, now, optimizer, scheduler, scaler, states=states)
-        saved_step = step
 
-    def report(lr: float, grad_norm: torch.Tensor) -> None:
-        """metrics.jsonl + a progress line for the steps since the last report (syncs once)."""
-        nonlocal interval_slots
-        counts = torch.tensor([meter.label_tokens, meter.tokens, interval_slots], dtype=torch.float64)
-        stats = torch.cat([interval_loss.double().cpu().view(1), counts])
-        loss_total, label_total, token_total, slot_total = distributed.all_reduce_sum(info, stats).tolist()
-        interval_loss.zero_()
-        interval_slots = 0
-        rates = meter.report(token_total, label_total)
-        # useful tokens: non-padding tokens with a loss (= label tokens); padding: share of computed positions
-        rates.update(useful_tokens_per_s=rates["label_tokens_per_s"], padding_fraction=1.0 - token_total / max(slot_total, 1.0))
-        mfu = rates["tokens_per_s"] / info.world_size * flops_per_token / peak_flops if peak_flops else None
-        row = {"step": step, "epoch": epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr, "grad_norm": float(grad_norm),
-               **rates, "peak_mem_mb": metrics.peak_memory_mb(info.device), "mfu": mfu}
-        if scaler.is_enabled():
-            row["scale"] = scaler.get_scale()
-        metrics_log.write(row)
-        log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB", step, total_steps,
-                 epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"], row["peak_mem_mb"])
+def train_step(run: Run, micro: list[data.Batch], interval: Interval, stop: distributed.StopSignal) -> tuple[float, torch.Tensor] | None:
+    """One optimizer step over `micro`, token-weighted across micro-batches and ranks; advances
+    `run.progress`. Returns (the lr it used, the gradient norm before clipping), or None without
+    touching anything when any rank was asked to stop (every rank then stops at the same step)."""
+    info = run.info
+    n_labels = sum(b.n_label_tokens for b in micro)
+    # One CPU all-reduce per step: the step's label tokens over all ranks, and the stop vote.
+    world_labels, stop_votes = distributed.all_reduce_sum(
+        info, torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)).tolist()
+    if stop_votes:
+        return None
+    weight = info.world_size / max(world_labels, 1.0)  # DDP averages over ranks; undo it
+    for i, batch in enumerate(micro):
+        with run.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():
+            loss = loss_sum(run.model, batch, run.autocast(), run.packing)
+            run.scaler.scale(loss * weight).backward()
+        interval.loss += loss.detach()
+    lr = run.optimizer.param_groups[0]["lr"]
+    grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, run.cfg.max_grad_norm)
+    n_tokens = sum(b.n_tokens for b in micro)
+    p = run.progress
+    run.progress = replace(p, step=p.step + 1, step_in_epoch=p.step_in_epoch + 1, tokens_seen=p.tokens_seen + n_tokens,
+                           label_tokens_seen=p.label_tokens_seen + n_labels)
+    interval.meter.add(n_tokens, n_labels)
+    interval.slots += sum(b.input_ids.numel() for b in micro)
+    return lr, grad_norm
 
-    def run_eval() -> None:
-        nonlocal evaluated_step
-        eval_loss = evaluate(raw_model, eval_set, cfg, info, autocast, tokenizer.pad_token_id, sharded)
-        evaluated_step, ppl = step, math.exp(min(eval_loss, 50.0))
-        metrics_log.write({"step": step, "eval_loss": eval_loss, "eval_ppl": ppl})
-        log.info("step %d | eval loss %.4f | perplexity %.2f", step, eval_loss, ppl)
 
-    stopping = False  # set from the all-ranks stop vote, so every rank leaves the loop at the same step
-    while step < total_steps and not stopping:
-        if step_in_epoch >= steps_per_epoch:  # ">": resumed with more processes, so shorter epochs
-            epoch, step_in_epoch = epoch + 1, 0
-        batches = data.train_batches(units, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size,
-                                     seed=cfg.seed, epoch=epoch, start=step_in_epoch * cfg.grad_accum,
-                                     pad_id=tokenizer.pad_token_id, group_by_length=d.group_by_length)
-        while step_in_epoch < steps_per_epoch and step < total_steps:
-            micro = [next(batches).to(info.device) for _ in range(cfg.grad_accum)]
-            n_labels = sum(b.n_label_tokens for b in micro)
-            # One CPU all-reduce per step: the step's label tokens over all ranks, and a stop vote.
-            world_labels, stop_votes = distributed.all_reduce_sum(
-                info, torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)).tolist()
-            if stop_votes:
-                stopping = True
-                break
-            weight = info.world_size / max(world_labels, 1.0)  # DDP averages over ranks; undo it
-            for i, batch in enumerate(micro):
-                sync = i == len(micro) - 1
-                with no_sync() if not sync else contextlib.nullcontext():
-                    loss = loss_sum(model, batch, autocast, packing)
-                    scaler.scale(loss * weight).backward()
-                interval_loss += loss.detach()
-            lr = optimizer.param_groups[0]["lr"]
-            grad_norm, _ = optimizer_step(params, optimizer, scheduler, scaler, cfg.max_grad_norm)
-            step, step_in_epoch = step + 1, step_in_epoch + 1
-            n_tokens = sum(b.n_tokens for b in micro)
-            tokens_seen, labels_seen = tokens_seen + n_tokens, labels_seen + n_labels
-            meter.add(n_tokens, n_labels)
-            interval_slots += sum(b.input_ids.numel() for b in micro)
+class Book:
+    """Reports, evaluations and checkpoints on their schedules (rank 0 writes metrics.jsonl)."""
 
-            if step % cfg.log_every == 0 or step == total_steps:
-                report(lr, grad_norm)
-            if eval_set and (step % cfg.eval_every == 0 or step == total_steps):
-                run_eval()
-            if step % cfg.save_every == 0 or step == total_steps:
-                save()
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.log = metrics.MetricsLog(run.out / "metrics.jsonl", run.info.is_main, start_step=run.progress.step)
+        self.interval = Interval(loss=torch.zeros((), device=run.info.device))
+        self.saved_step = self.evaluated_step = run.progress.step if run.resumed else -1
+        self.peak_flops = metrics.device_peak_flops(run.info.device) if run.amp_dtype else None
+        self.flops_per_token = metrics.flops_per_token(run.n_total, run.n_trainable)
 
-    # ---- stop or finish
-    if stopping:
-        if step > saved_step and step > 0:
-            save()
+    def after_step(self, lr: float, grad_norm: torch.Tensor) -> None:
+        cfg, step, last = self.run.cfg, self.run.progress.step, self.run.progress.step == self.run.total_steps
+        if step % cfg.log_every == 0 or last:
+            self.report(lr, grad_norm)
+        if self.run.eval_set and (step % cfg.eval_every == 0 or last):
+            self.evaluate()
+        if step % cfg.save_every == 0 or last:
+            self.save()
+
+    def report(self, lr: float, grad_norm: torch.Tensor) -> None:
+        """metrics.jsonl + a progress line for the steps since the last report: one all-reduce of the
+        interval's loss, token counts and every rank's peak memory (its own slot, zeros elsewhere)."""
+        run, iv, info = self.run, self.interval, self.run.info
+        peaks = torch.zeros(info.world_size, dtype=torch.float64)
+        peaks[info.rank] = metrics.peak_memory_mb(info.device)
+        counts = torch.tensor([iv.meter.label_tokens, iv.meter.tokens, iv.slots], dtype=torch.float64)
+        stats = distributed.all_reduce_sum(info, torch.cat([iv.loss.double().cpu().view(1), counts, peaks])).tolist()
+        loss_total, label_total, token_total, slot_total, rank_peaks = *stats[:4], stats[4:]
+        iv.loss.zero_()
+        iv.slots = 0
+        rates = iv.meter.report(token_total, label_total)
+        # useful tokens: the non-padding ones (each gets attention, and a loss unless it is a masked prompt)
+        rates.update(useful_tokens_per_s=rates["tokens_per_s"], padding_fraction=1.0 - token_total / max(slot_total, 1.0))
+        mfu = rates["tokens_per_s"] / info.world_size * self.flops_per_token / self.peak_flops if self.peak_flops else None
+        p = run.progress
+        row = {"step": p.step, "epoch": p.epoch, "loss": loss_total / max(label_total, 1.0), "lr": lr, "grad_norm": float(grad_norm),
+               **rates, "peak_mem_mb": max(rank_peaks), "peak_mem_mb_per_rank": rank_peaks, "mfu": mfu}
+        if run.scaler.is_enabled():
+            row["scale"] = run.scaler.get_scale()
+        self.log.write(row)
+        log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB", p.step,
+                 run.total_steps, p.epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"], row["peak_mem_mb"])
+
+    def evaluate(self) -> None:
+        run = self.run
+        eval_loss = evaluate(run.raw_model, run.eval_set, run.cfg, run.info, run.autocast(), run.tokenizer.pad_token_id,
+                             run.sharded)
+        self.evaluated_step, ppl = run.progress.step, math.exp(min(eval_loss, 50.0))
+        self.log.write({"step": run.progress.step, "eval_loss": eval_loss, "eval_ppl": ppl})
+        log.info("step %d | eval loss %.4f | perplexity %.2f", run.progress.step, eval_loss, ppl)
+
+    def save(self) -> None:
+        run = self.run
+        states = fsdp.full_state_dicts(run.model, run.optimizer) if run.sharded else None  # all gather, rank 0 writes
+        checkpoint.save_checkpoint(run.info, run.out, run.raw_model, run.cfg, run.progress, run.optimizer, run.scheduler,
+                                   run.scaler, states=states)
+        self.saved_step = run.progress.step
+
+
+def finish(run: Run, book: Book, stopped: distributed.StopSignal | None) -> int:
+    """After the loop: checkpoint what is not saved yet; when stopped by a signal, return its exit
+    code; else evaluate (if not done at this step), export outputs/ (rank 0) and return 0."""
+    step = run.progress.step
+    if stopped is not None:
+        if step > book.saved_step and step > 0:
+            book.save()
         log.warning("stopped by signal at step %d; resume continues from the latest checkpoint", step)
-        metrics_log.close()
-        return stop.exit_code
-    if step != saved_step:
-        save()
-    if eval_set and evaluated_step != step:
-        run_eval()
-    if info.is_main:
+        book.log.close()
+        return stopped.exit_code
+    if step != book.saved_step:
+        book.save()
+    if run.eval_set and book.evaluated_step != step:
+        book.evaluate()
+    if run.info.is_main:
         # A sharded model cannot be merged or pruned in place: export a fresh copy of the final checkpoint.
-        final, tokenizer = fsdp.unsharded_copy(cfg, checkpoint.latest_checkpoint(out)) if sharded else (raw_model, tokenizer)
-        report = export.export_outputs(final, tokenizer, cfg, out)
-        metrics_log.write({"step": step, "export": report})
-    distributed.barrier(info)
-    metrics_log.close()
-    log.info("done: %d steps, outputs in %s", step, out / "outputs")
+        final, tokenizer = (fsdp.unsharded_copy(run.cfg, checkpoint.latest_checkpoint(run.out)) if run.sharded
+                            else (run.raw_model, run.tokenizer))
+        exported = export.export_outputs(final, tokenizer, run.cfg, run.out)
+        book.log.write({"step": step, "export": exported})
+    distributed.barrier(run.info)
+    book.log.close()
+    log.info("done: %d steps, outputs in %s", step, run.out / "outputs")
     return 0
+
+
+def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distributed.StopSignal) -> int:
+    """Run (or resume) the whole job: setup → steps (report / evaluate / save on schedule) → finish.
+    Returns the process exit code."""
+    run = trainsetup.setup(cfg, out, info)
+    book = Book(run)
+    log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
+             run.total_steps, run.steps_per_epoch, cfg.grad_accum, cfg.batch_size)
+    for micro in micro_batches(run):
+        stepped = train_step(run, micro, book.interval, stop)
+        if stepped is None:
+            return finish(run, book, stop)
+        book.after_step(*stepped)
+    return finish(run, book, None)
 
 
 @record
@@ -292,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s [rank{rank}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False")  # peft fixes it for GPT-2's Conv1D
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    # transformers 5 renamed gradient to activation checkpointing; peft's k-bit preparation still uses the old names
+    warnings.filterwarnings("ignore", message=".*(is_gradient_checkpointing|gradient_checkpointing_enable).*", category=FutureWarning)
     # Right padding under causal attention needs no mask (see loss_sum); HF's advice does not apply.
     logging.getLogger("transformers.modeling_utils").addFilter(lambda r: "passing in an `attention_mask`" not in r.getMessage())
     distributed.die_with_parent()

@@ -123,7 +123,16 @@ TRAIN = "name: ok\nhosts: [local]\ntrain:\n  model: m\n  data: {train: t.jsonl}\
     ("name: ok\nhosts: [local]\nlaunch: {command: [x]}\nenv: {A: [1]}\n", "job.yaml:4:10: env.A: must be text (got a list)"),
     # a missing field, and a rule of the model (no "Value error, ")
     ("name: ok\nhosts: [local]\ntrain: {model: m}\n", "job.yaml:3:8: train.data: field required"),
-    (TRAIN + "  finetune: partial\n", "job.yaml:4:3: train: finetune: partial needs partial.trainable, the modules to train"),
+    # a rule across fields points at the field its message starts with, else at the section
+    (TRAIN + "  finetune: partial\n", "job.yaml:6:13: train.finetune: finetune: partial needs partial.trainable, the modules to train"),
+    (TRAIN + "  finetune: full\n  memory: {quantize: 4bit}\n",
+     "job.yaml:7:22: train.memory.quantize: memory.quantize freezes the base weights in 4bit: it needs finetune: lora"),
+    (TRAIN + "  strategy: fsdp\n  memory:\n    quantize: 8bit\n",
+     "job.yaml:8:15: train.memory.quantize: memory.quantize does not shard: bitsandbytes weights cannot be split by"),
+    (TRAIN.replace("{train: t.jsonl}", "{train: t.jsonl, packing: yes, group_by_length: yes}"),
+     "train.data.packing: data.packing and data.group_by_length exclude each other"),
+    (TRAIN + "  finetune: full\n  lora: {r: 4}\n",
+     "job.yaml:4:3: train: the lora section is only used with finetune: lora (finetune is full)"),
 ])
 def test_every_error_family_is_said_in_plain_words(orch: Orch, text: str, expected: str) -> None:
     err = check(orch, text)

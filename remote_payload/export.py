@@ -6,9 +6,10 @@
 
 Contract: main rank only. The folder is built as `outputs.tmp/` and renamed into place, so
 `outputs/` is either the previous complete export or the new complete one. Exporting may modify
-the model in place (merging, pruning): call it last. With `memory.quantize` the adapter is merged
-into the base loaded afresh in its stored dtype on the CPU (`merge_into_fresh_base`), never into
-the 4/8-bit weights, which would round the merged model to the quantization grid.
+the model in place (merging, pruning): call it last. When the frozen base is held below fp32
+(`memory.quantize`, or LoRA's fp16/bf16 base) the adapter is merged into the base loaded afresh
+in its stored dtype on the CPU (`merge_into_fresh_base`), never into the 4/8/16-bit copy, which
+would round the merged model.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def merge_into_fresh_base(adapter_dir: Path, model_path: Path) -> torch.nn.Modul
     return PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
 
 
+def _reduced_base(raw_model: torch.nn.Module) -> bool:
+    """Whether the frozen (base) weights are held below fp32: 4/8-bit, or LoRA's fp16/bf16 base."""
+    return any(p.dtype != torch.float32 for p in raw_model.parameters() if not p.requires_grad)
+
+
 def export_outputs(raw_model: torch.nn.Module, tokenizer: object, cfg: TrainConfig, out: Path) -> dict[str, object]:
     """Write `out/outputs/` (see the module doc) and return the export report."""
     tmp, final = out / "outputs.tmp", out / "outputs"
@@ -68,7 +74,7 @@ def export_outputs(raw_model: torch.nn.Module, tokenizer: object, cfg: TrainConf
         tokenizer.save_pretrained(tmp)
         report["adapter"] = "."
         if cfg.export.merge_lora:
-            if cfg.memory.quantize:
+            if _reduced_base(raw_model):  # k-bit or half-precision frozen weights: merge at the stored precision
                 from remote_payload.model import resolve_model_path
 
                 target = merge_into_fresh_base(tmp, resolve_model_path(cfg.model))

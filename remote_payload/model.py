@@ -3,8 +3,8 @@
 Contracts:
 - `resolve_model_path` turns `train.model` into a local folder or raises `TrainSetupError` with a
   one-line reason; it never hangs on an unreachable hub (a 5 s connect probe first).
-- `load_model_and_tokenizer` returns the model in fp32 on the CPU (k-bit on its GPU when quantized),
-  and a tokenizer with a pad token.
+- `load_model_and_tokenizer` returns the model in fp32 on the CPU (unless told a dtype or a k-bit
+  quantization), and a tokenizer with a pad token.
 - `apply_finetune` sets `requires_grad` (and wraps LoRA) before any DDP wrap, and raises
   `TrainSetupError` when a configured name matches nothing.
 - `forward_inputs` gives the forward's keyword arguments and the matching targets for a batch;
@@ -101,16 +101,17 @@ def _from_modelscope(model_id: str) -> Path:
         raise TrainSetupError(f"cannot download modelscope:{model_id}: {exc}") from None
 
 
-def load_model_and_tokenizer(path: Path, prefer_flash: bool = False, quantized: dict | None = None) -> tuple[torch.nn.Module, object]:
+def load_model_and_tokenizer(path: Path, prefer_flash: bool = False, load_kwargs: dict | None = None) -> tuple[torch.nn.Module, object]:
     """The causal LM in fp32 on the CPU (trainable weights stay fp32 under autocast) and its tokenizer.
 
     `prefer_flash` (packing on a GPU under fp16/bf16 autocast): load with `flash_attention_2` when
     the `flash_attn` package is installed and the architecture supports it, else transformers'
     default attention (the packed rows then get a block-diagonal mask, see `forward_inputs`).
-    `quantized`: `quantize.from_pretrained_kwargs` (the base then loads k-bit, on its GPU)."""
+    `load_kwargs` override `from_pretrained`'s: `quantize.from_pretrained_kwargs` (a k-bit base on its
+    GPU), or a `dtype` for a base that stays frozen (LoRA)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs = {"dtype": torch.float32, **(quantized or {})}
+    kwargs = {"dtype": torch.float32, **(load_kwargs or {})}
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = None

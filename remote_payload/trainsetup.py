@@ -82,6 +82,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def frozen_base_dtype(cfg: TrainConfig, amp_dtype: torch.dtype | None) -> bool:
+    """Whether LoRA's frozen base is held in the autocast dtype (half the memory of fp32; the forward
+    computes in that dtype anyway) rather than fp32. The adapter stays fp32 (peft upcasts it).
+    Only under DDP: FSDP shards units whose parameters share one dtype."""
+    return cfg.finetune == "lora" and amp_dtype is not None and cfg.strategy == "ddp" and not cfg.memory.quantize
+
+
 def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dtype | None) -> tuple[torch.nn.Module, object]:
     """The unwrapped trainable model on this rank's device (quantized, checkpointed, LoRA-wrapped as
     configured) and its tokenizer. `memory.quantize` that cannot run here is refused first."""
@@ -89,9 +96,11 @@ def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dt
     refused = quantize.problems(mem.quantize, info.device.type, quantize.has_bitsandbytes())
     if refused:
         raise TrainSetupError("; ".join(refused))
-    quantized = quantize.from_pretrained_kwargs(mem.quantize, amp_dtype, info.device)
+    load_kwargs = quantize.from_pretrained_kwargs(mem.quantize, amp_dtype, info.device)
+    if not load_kwargs and frozen_base_dtype(cfg, amp_dtype):
+        load_kwargs = {"dtype": amp_dtype}
     prefer_flash = cfg.data.packing and info.device.type == "cuda" and amp_dtype is not None
-    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model), prefer_flash, quantized)
+    base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model), prefer_flash, load_kwargs)
     base = quantize.prepare(base, mem.quantize, mem.gradient_checkpointing)
     raw_model = modeling.apply_finetune(base, cfg)
     if mem.quantize is None:
@@ -153,8 +162,8 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
              amp_dtype or torch.float32, modeling.hub_env_summary())
     raw_model, tokenizer = load_model(cfg, info, amp_dtype)
     n_trainable, n_total = modeling.count_parameters(raw_model)
-    memory = [f"base weights {cfg.memory.quantize}"] * bool(cfg.memory.quantize) + \
-        ["gradient checkpointing"] * cfg.memory.gradient_checkpointing
+    base = cfg.memory.quantize or (str(amp_dtype).removeprefix("torch.") if frozen_base_dtype(cfg, amp_dtype) else None)
+    memory = [f"frozen base in {base}"] * bool(base) + ["gradient checkpointing"] * cfg.memory.gradient_checkpointing
     log.info("finetune %s: %s of %s parameters trainable (%.2f%%)%s", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
              100 * n_trainable / n_total, "".join(f", {m}" for m in memory))
     units, eval_set, packing, steps_per_epoch = load_data(cfg, info, tokenizer, raw_model)

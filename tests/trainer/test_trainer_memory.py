@@ -129,3 +129,21 @@ def test_merging_into_a_fresh_base_equals_merging_in_memory(assets: Path, tmp_pa
     assert changed and all(not torch.equal(merged[k], base[k]) for k in changed)  # the adapter is in there
     for name, tensor in merged.items():
         torch.testing.assert_close(fresh[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
+def test_lora_under_autocast_keeps_its_frozen_base_in_half_precision(assets: Path, tmp_path: Path) -> None:
+    """bf16 LoRA: the base is held in bf16 (half of fp32's memory), the adapter trains in fp32, and
+    the merged export is made from the stored fp32 base, not the bf16 copy."""
+    cfg = base_config(precision="bf16", max_steps=4, log_every=2, export={"merge_lora": True})
+    result = run(tmp_path, cfg, assets, nproc=1)
+    assert result.returncode == 0, result.stdout
+    assert "frozen base in bfloat16" in result.stdout
+    adapter = load_file(tmp_path / "outputs" / "adapter_model.safetensors")
+    assert adapter and all(t.dtype == torch.float32 for t in adapter.values())
+    merged = load_file(tmp_path / "outputs" / "merged" / "model.safetensors")
+    assert all(t.dtype == torch.float32 for t in merged.values())
+    base = load_file(assets / "tiny-gpt2" / "model.safetensors")
+    untouched = [k for k in merged if k in base and "c_attn" not in k]
+    assert untouched and all(torch.equal(merged[k], base[k]) for k in untouched)  # never rounded through bf16
+    fp32 = run(tmp_path / "fp32", base_config(precision="fp32", max_steps=1), assets, nproc=1)
+    assert fp32.returncode == 0 and "frozen base in" not in fp32.stdout

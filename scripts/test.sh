@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need (OpenSSH server,
-# rsync, iproute2 from the system packages; the virtualenv), then runs pytest.
+# rsync, iproute2, Slurm and munge from the system packages; the virtualenv), then runs pytest.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k sync).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,10 @@ command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v useradd >/dev/null 2>&1 || missing+=(passwd)
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || missing+=(slurm-client)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests need: ${missing[*]} (install them, or run as root)" >&2

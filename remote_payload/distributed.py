@@ -86,6 +86,22 @@ def all_reduce_sum(info: DistInfo, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+class _Done:
+    """The handle of a collective that had nothing to do (one process)."""
+
+    def wait(self) -> bool:
+        return True
+
+
+def all_reduce_sum_async(info: DistInfo, tensor: torch.Tensor) -> object:
+    """Start summing `tensor` over all ranks in place; the returned handle's `wait()` ends it.
+    CPU tensors go through the gloo control group when the main backend is nccl (as all_reduce_sum)."""
+    if not info.enabled:
+        return _Done()
+    group = info.control_group if tensor.device.type == "cpu" else None
+    return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=True)
+
+
 def all_gather_object(info: DistInfo, obj: object) -> list[object]:
     """Every rank's `obj`, indexed by rank."""
     if not info.enabled:

@@ -46,16 +46,21 @@ log = logging.getLogger("remote_payload.train")
 
 def optimizer_step(
     params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler, max_grad_norm: float | None,
+    scaler: torch.amp.GradScaler, max_grad_norm: float | None, grad_factor: float = 1.0,
 ) -> tuple[torch.Tensor, bool]:
-    """unscale → clip → step → update → zero_grad. The scheduler steps only when the optimizer
-    did (a GradScaler skips steps whose gradients hold inf/nan). Returns (grad norm, stepped)."""
+    """unscale → normalise and clip → step → update → zero_grad. The true gradient is `grad_factor`
+    × the accumulated one (the token normalisation, known only after the backward); it is applied
+    in the clip's own multiply, so normalising costs nothing extra. The scheduler steps only when
+    the optimizer did (a GradScaler skips steps whose gradients hold inf/nan). Returns (the true
+    gradient's norm before clipping, stepped)."""
     scaler.unscale_(optimizer)
     grads = [p.grad for p in params if p.grad is not None]
-    if max_grad_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)  # DTensor-aware: global norm under FSDP
-    else:
-        norm = torch.nn.utils.get_total_norm(grads)
+    norm = torch.nn.utils.get_total_norm(grads) * grad_factor  # DTensor-aware: the global norm under FSDP
+    if grads and (max_grad_norm is not None or grad_factor != 1.0):
+        # as torch's clip_grads_with_norm_: one multiply, no host sync on the coefficient
+        coef = grad_factor * torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0) if max_grad_norm is not None \
+            else torch.full_like(norm, grad_factor)
+        torch._foreach_mul_(grads, coef)
     norm = fsdp.full_tensor(norm)
     stepped = True
     if scaler.is_enabled():
@@ -130,32 +135,38 @@ class Interval:
     slots: int = 0
 
 
-def train_step(run: Run, micro: list[data.Batch], interval: Interval, stop: distributed.StopSignal) -> tuple[float, torch.Tensor] | None:
+def train_step(run: Run, micro: list[data.Batch], interval: Interval,
+               stop: distributed.StopSignal) -> tuple[float, torch.Tensor, bool]:
     """One optimizer step over `micro`, token-weighted across micro-batches and ranks; advances
-    `run.progress`. Returns (the lr it used, the gradient norm before clipping), or None without
-    touching anything when any rank was asked to stop (every rank then stops at the same step)."""
-    info = run.info
+    `run.progress`. Returns (the lr it used, the gradient norm before clipping, whether any rank
+    was asked to stop: every rank then stops after this same step).
+
+    The step's label-token count over all ranks (with the stop vote) is summed by an all-reduce
+    that runs while the micro-batches compute, not a barrier before them: the backward uses a
+    constant weight (the same on every rank, so DDP's averaging stays linear) and the optimizer
+    step applies the exact token normalisation to the gradients (`optimizer_step`'s grad_factor)."""
+    cfg, info = run.cfg, run.info
     n_labels = sum(b.n_label_tokens for b in micro)
-    # One CPU all-reduce per step: the step's label tokens over all ranks, and the stop vote.
-    world_labels, stop_votes = distributed.all_reduce_sum(
-        info, torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)).tolist()
-    if stop_votes:
-        return None
-    weight = info.world_size / max(world_labels, 1.0)  # DDP averages over ranks; undo it
+    votes = torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)
+    counting = distributed.all_reduce_sum_async(info, votes)
+    weight = 1.0 / (cfg.batch_size * cfg.data.max_length * cfg.grad_accum)  # keeps fp16 gradients in range
     for i, batch in enumerate(micro):
         with run.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():
             loss = loss_sum(run.model, batch, run.autocast(), run.packing)
             run.scaler.scale(loss * weight).backward()
         interval.loss += loss.detach()
+    counting.wait()
+    world_labels, stop_votes = votes.tolist()
+    grad_factor = info.world_size / (weight * max(world_labels, 1.0))  # DDP averaged over ranks: undo it
     lr = run.optimizer.param_groups[0]["lr"]
-    grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, run.cfg.max_grad_norm)
+    grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, cfg.max_grad_norm, grad_factor)
     n_tokens = sum(b.n_tokens for b in micro)
     p = run.progress
     run.progress = replace(p, step=p.step + 1, step_in_epoch=p.step_in_epoch + 1, tokens_seen=p.tokens_seen + n_tokens,
                            label_tokens_seen=p.label_tokens_seen + n_labels)
     interval.meter.add(n_tokens, n_labels)
     interval.slots += sum(b.input_ids.numel() for b in micro)
-    return lr, grad_norm
+    return lr, grad_norm, bool(stop_votes)
 
 
 class Book:
@@ -252,10 +263,10 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
              run.total_steps, run.steps_per_epoch, cfg.grad_accum, cfg.batch_size)
     for micro in micro_batches(run):
-        stepped = train_step(run, micro, book.interval, stop)
-        if stepped is None:
+        lr, grad_norm, stopping = train_step(run, micro, book.interval, stop)
+        if stopping:  # the step is taken; checkpoint it without reporting, evaluating or exporting
             return finish(run, book, stop)
-        book.after_step(*stepped)
+        book.after_step(lr, grad_norm)
     return finish(run, book, None)
 
 

@@ -28,21 +28,22 @@ def test_setup_step_book_and_finish_each_do_their_part(assets: Path, tmp_path: P
     assert len(micro) == cfg.grad_accum and micro[0].input_ids.shape[0] == cfg.batch_size
     before = [p.detach().clone() for p in run.params]
 
-    stop = SimpleNamespace(requested=True)  # a stop vote: nothing is touched
-    assert train.train_step(run, micro, book.interval, stop) is None
-    assert run.progress.step == 0 and all(torch.equal(a, p) for a, p in zip(before, run.params))
-
-    stop.requested = False
-    lr, grad_norm = train.train_step(run, micro, book.interval, stop)
-    assert run.progress.step == 1 and run.progress.tokens_seen == sum(b.n_tokens for b in micro)
+    stop = SimpleNamespace(requested=False)
+    lr, grad_norm, stopping = train.train_step(run, micro, book.interval, stop)
+    assert run.progress.step == 1 and run.progress.tokens_seen == sum(b.n_tokens for b in micro) and not stopping
     assert lr == cfg.lr and float(grad_norm) > 0
     assert any(not torch.equal(a, p) for a, p in zip(before, run.params))
     book.report(lr, grad_norm)
     book.save()
     assert (tmp_path / "checkpoints" / "step-1" / "COMPLETE").is_file()
 
+    micro = next(train.micro_batches(run))  # a stop vote: the step is still taken, and reported as the last
+    stop.requested = True
+    assert train.train_step(run, micro, book.interval, stop)[2] is True and run.progress.step == 2
+    stop.requested = False
     for micro in train.micro_batches(run):  # the rest, as train() runs it
-        book.after_step(*train.train_step(run, micro, book.interval, stop))
+        lr, grad_norm, _ = train.train_step(run, micro, book.interval, stop)
+        book.after_step(lr, grad_norm)
     assert train.finish(run, book, None) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [1, 3] and "export" in rows[-1]

@@ -1,21 +1,29 @@
-"""Trainer throughput: remote_payload.train vs Hugging Face `Trainer` vs a bare PyTorch loop.
+"""Useful tokens/s of CPU fine-tuning on variable-length instruction data: remote_payload.train
+(packed, padded, length-grouped) vs a bare PyTorch loop vs Hugging Face `Trainer` vs TRL `SFTTrainer`.
 
-    python bench/trainer.py [--steps 30] [--warmup 10] [--repeat 3] [--modes full,lora] [--layouts 1x1,1x2,2x1]
+    python bench/trainer.py [--steps 8] [--warmup 2] [--trl-steps 3] [--repeat 5] [--layouts 1x1,2x1] [--repo PATH]
 
-Same model (GPT-2 config, 4 layers x 256, random init, the tiny BPE tokenizer), same data (text
-lines of >= 128 tokens, truncated to exactly 128: no padding anywhere), batch 8 per process,
-fp32, AdamW. Every implementation runs under torchrun (gloo on CPU) with OMP_NUM_THREADS set
-explicitly; a layout PxT is P processes with T threads each. Throughput counts input tokens over
-all processes in the steps after `--warmup`; peak RSS is rank 0's. Prints a markdown table with
-ratios (ours / Trainer, ours / bare loop). Not a test: machines are noisy, read the ratios.
+Measured: USEFUL tokens/s = non-padding input tokens of the batches consumed in the steps after the
+warm-up, summed over processes, / rank 0's wall time of those steps. Every implementation counts
+the batches it actually fed to the model (ours: metrics.jsonl rows after the warm-up, weighted by
+interval_s). Also label tokens/s (tokens with a loss), padding % (share of computed positions that
+are padding) and peak RSS (max over all processes of a run, torchrun's agent included:
+getrusage(RUSAGE_CHILDREN) of a wrapper). Cells: median (min-max) of `--repeat` interleaved rounds,
+each running every cell once in a rotated order. Data: alpaca-style, built offline
+(bench/alpaca_data.py), 20-400 tokens, log-normal. Model: GPT-2 4 layers x 256 (n_positions 512),
+random init, the tiny BPE tokenizer; fp32, batch 8/process, max_length 512, lr 2e-4, clip 1.0,
+seed 42, fused AdamW, torchrun (gloo), OMP_NUM_THREADS set; layout PxT = P processes x T threads.
+TRL's padding-free steps are ~8x slower on CPU, so it runs `--trl-steps` (1 warm-up): its timed
+window is still the longest in seconds. Not a test: read the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,60 +31,25 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SEQ, BATCH = 128, 8
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import alpaca_data  # noqa: E402
+from alpaca_data import MAX_LEN, MODELS, TEXT_SEQ, build_assets, load_rows  # noqa: E402
+
+BATCH, LR, SEED = 8, 2e-4, 42
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["c_attn"]}
-
-
-# name: (n_layer, n_embd, n_head, vocab_size (None: the tokenizer's), seq, data lines, sentences per line)
-MODELS = {
-    "bench-gpt2": (4, 256, 4, None, SEQ, 2048, 40),  # this script's CPU comparison
-    "gpt2-124m": (12, 768, 12, 50257, 1024, 1024, 250),  # bench/gpu.sh
-}
-
-
-def build_assets(dest: Path, name: str = "bench-gpt2") -> None:
-    """The tiny tokenizer, a random-init GPT-2 of size `name` (MODELS) in `dest/name`, and
-    `dest/name.jsonl`: text lines longer than the model's sequence length."""
-    sys.path.insert(0, str(REPO / "tools"))
-    from make_tiny_assets import make_tiny_assets
-
-    make_tiny_assets(dest / "tiny")
-    if (dest / name / "config.json").exists():
-        return
-    import random
-
-    import torch
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    n_layer, n_embd, n_head, vocab, seq, lines, per_line = MODELS[name]
-    tok = AutoTokenizer.from_pretrained(dest / "tiny" / "tiny-gpt2")
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=vocab or len(tok), n_positions=seq, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-                        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(config).save_pretrained(dest / name)
-    tok.save_pretrained(dest / name)
-    sentences = [json.loads(line)["text"] for line in (dest / "tiny" / "data" / "text.jsonl").read_text().splitlines()]
-    rng = random.Random(0)
-    with (dest / f"{name}.jsonl").open("w") as f:
-        for _ in range(lines):
-            f.write(json.dumps({"text": " ".join(rng.choice(sentences) for _ in range(per_line))}) + "\n")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _examples(assets: Path, tokenizer) -> list[list[int]]:
-    texts = [json.loads(line)["text"] for line in (assets / "bench-gpt2.jsonl").read_text().splitlines()]
-    ids = tokenizer(texts, truncation=True, max_length=SEQ)["input_ids"]
-    assert all(len(x) == SEQ for x in ids)
-    return ids
+IMPLS = ("ours-pack", "ours-pad", "ours-group", "bare", "hf", "trl")
+OURS_DATA = {"ours-pack": {"packing": True}, "ours-pad": {}, "ours-group": {"group_by_length": True}}
+# Runs torchrun, then writes the max RSS (MiB) of all its descendants (agent and ranks).
+_WRAP = ("import json, resource, subprocess, sys; rc = subprocess.run(sys.argv[2:]).returncode; open(sys.argv[1], 'w')"
+         ".write(json.dumps(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)); sys.exit(rc)")
 
 
 def _model(assets: Path, mode: str):
+    """The bench GPT-2 in fp32, seeded, LoRA-wrapped for mode lora, in train mode (dropout on, as in ours)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_pretrained(assets / "bench-gpt2", dtype=torch.float32)
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
@@ -87,142 +60,283 @@ def _model(assets: Path, mode: str):
     return model
 
 
-def worker_bare(assets: Path, mode: str, steps: int, warmup: int, out: Path) -> None:
-    """The floor: DDP (when world > 1), HF's own loss, AdamW (no weight decay), clipping at 1.0, nothing else."""
+def _count(inputs: dict) -> list[int]:
+    """[non-padding input tokens, label tokens (after HF's shift), computed positions] of a batch."""
+    ids, mask = inputs["input_ids"], inputs.get("attention_mask")
+    return [int(mask.sum()) if mask is not None else ids.numel(), int((inputs["labels"][..., 1:] != -100).sum()), ids.numel()]
+
+
+def _write(out: Path, counts: list[int], elapsed: float, extra: dict | None = None) -> None:
+    record = {"tokens": counts[0], "labels": counts[1], "slots": counts[2], "elapsed": elapsed, **(extra or {})}
+    out.with_name(f"{out.name}.rank{os.environ.get('RANK', '0')}").write_text(json.dumps(record))
+
+
+def worker_bare(a: argparse.Namespace) -> None:
+    """The floor: DDP when world > 1 (find_unused_parameters=False), HF's own loss (labels -100 on
+    prompt and padding), the HF collator's per-batch padding and attention mask, fused AdamW without
+    weight decay, clipping at 1.0. Batches: a seeded permutation, each rank a disjoint share."""
     import torch
     import torch.distributed as dist
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    rank = int(os.environ.get("RANK", 0))
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if world > 1:
         dist.init_process_group("gloo")
-    tok = AutoTokenizer.from_pretrained(assets / "bench-gpt2")
-    data = torch.tensor(_examples(assets, tok))
-    torch.manual_seed(0)
-    raw = _model(assets, mode)
-    model = torch.nn.parallel.DistributedDataParallel(raw, find_unused_parameters=False, gradient_as_bucket_view=True) if world > 1 else raw
+    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+    rows, collate = load_rows(a.assets, a.data, tok), DataCollatorForSeq2Seq(tok, label_pad_token_id=-100)
+    raw = _model(a.assets, a.mode)
+    model = torch.nn.parallel.DistributedDataParallel(raw, gradient_as_bucket_view=True) if world > 1 else raw
     params = [p for p in raw.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=2e-4, weight_decay=0.0)
-    t0 = time.perf_counter()
-    for step in range(steps):
-        if step == warmup:
-            t0 = time.perf_counter()
-        start = ((step * world + rank) * BATCH) % (len(data) - BATCH)
-        batch = data[start : start + BATCH]
-        model(input_ids=batch, labels=batch, use_cache=False).loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)  # as ours and Trainer (max_grad_norm 1.0)
+    opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0, fused=True)
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(SEED)).tolist()
+    counts, t0 = [0, 0, 0], time.perf_counter()
+    for step in range(a.steps):
+        if step == a.warmup:
+            counts, t0 = [0, 0, 0], time.perf_counter()
+        first = (step * world + rank) * BATCH
+        picked = [rows[order[i % len(rows)]] for i in range(first, first + BATCH)]
+        batch = collate([{"input_ids": ids, "labels": labels} for ids, labels in picked])
+        model(**batch, use_cache=False).loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    elapsed = time.perf_counter() - t0
-    if rank == 0:
-        out.write_text(json.dumps({"tokens_per_s": (steps - warmup) * BATCH * SEQ * world / elapsed, "peak_rss_mb": peak_rss_mb()}))
+        counts = [c + n for c, n in zip(counts, _count(batch))]
+    _write(a.result, counts, time.perf_counter() - t0)
     if world > 1:
         dist.destroy_process_group()
 
 
-def worker_hf(assets: Path, mode: str, steps: int, warmup: int, out: Path) -> None:
-    """Hugging Face `Trainer` with its defaults (no saving, no reporting)."""
-    import torch
-    from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments, default_data_collator
+def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, **kwargs) -> None:
+    """Train with `trainer_cls` (Trainer or SFTTrainer), counting every batch as fed to the model
+    (training_step) and timing steps warmup+1..steps (on_step_end); `probe(model)` goes in the result."""
+    from transformers import TrainerCallback
 
-    tok = AutoTokenizer.from_pretrained(assets / "bench-gpt2")
-    rows = [{"input_ids": x, "labels": x, "attention_mask": [1] * SEQ} for x in _examples(assets, tok)]
-    world = int(os.environ.get("WORLD_SIZE", 1))
+    seen: list[list[int]] = []
     marks: dict[int, float] = {}
 
     class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args, state, control, **kw):
             marks[state.global_step] = time.perf_counter()
 
-    torch.manual_seed(0)
-    args = TrainingArguments(
-        output_dir=str(out.parent / "hf-out"), per_device_train_batch_size=BATCH, max_steps=steps, learning_rate=2e-4,
-        warmup_steps=0, logging_steps=10**9, save_strategy="no", report_to=[], use_cpu=True,
-        dataloader_num_workers=0, disable_tqdm=True, seed=0,
-    )
-    trainer = Trainer(model=_model(assets, mode), args=args, train_dataset=rows, data_collator=default_data_collator,
-                      callbacks=[Clock()])
+    class Counting(trainer_cls):
+        def training_step(self, model, inputs, *rest, **kw):
+            seen.append(_count(inputs))
+            return super().training_step(model, inputs, *rest, **kw)
+
+    trainer = Counting(model=_model(a.assets, a.mode), args=args, callbacks=[Clock()], **kwargs)
     trainer.train()
-    if int(os.environ.get("RANK", 0)) == 0:
-        elapsed = marks[steps] - marks[warmup]
-        out.write_text(json.dumps({"tokens_per_s": (steps - warmup) * BATCH * SEQ * world / elapsed, "peak_rss_mb": peak_rss_mb()}))
+    assert len(seen) == a.steps, (len(seen), a.steps)
+    extra = {"attn": trainer.model.config._attn_implementation, "padding_free": getattr(trainer, "padding_free", None),
+             "packing_strategy": getattr(args, "packing_strategy", None) if getattr(args, "packing", False) else None,
+             "completion_only_loss": getattr(trainer, "completion_only_loss", None),
+             "isolation": probe(trainer.model) if probe else None}
+    _write(a.result, [sum(c[i] for c in seen[a.warmup:]) for i in range(3)], marks[a.steps] - marks[a.warmup], extra)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # left open, gloo may abort the process at exit
+        dist.barrier()
+        dist.destroy_process_group()
 
 
-def _torchrun(nproc: int, threads: int, tail: list[str], cwd: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "TOKENIZERS_PARALLELISM": "false"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *tail]
-    result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        sys.exit(f"failed: {' '.join(argv)}\n{result.stdout[-3000:]}")
+def _common_args(a: argparse.Namespace) -> dict:
+    """TrainingArguments shared by Trainer and SFTTrainer; fp32 spelled out (SFTConfig defaults to
+    bf16=True, which is bf16 autocast on a CPU too); HF defaults otherwise (fused AdamW, linear
+    schedule, DDP find_unused_parameters=True for these models); no saving or reporting."""
+    return dict(output_dir=str(a.result.parent / "hf-out"), per_device_train_batch_size=BATCH, max_steps=a.steps,
+                learning_rate=LR, warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, logging_steps=10**9, bf16=False,
+                fp16=False, save_strategy="no", report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+                seed=SEED)
 
 
-def run_ours(assets: Path, mode: str, nproc: int, threads: int, steps: int, warmup: int, work: Path) -> dict:
-    out = work / f"ours-{mode}-{nproc}x{threads}"
-    out.mkdir(parents=True)
-    cfg = {"model": "bench-gpt2", "finetune": mode, "lora": LORA if mode == "lora" else None,
-           "data": {"train": "bench-gpt2.jsonl", "format": "text", "max_length": SEQ}, "precision": "fp32",
-           "batch_size": BATCH, "max_steps": steps, "lr": 2e-4, "warmup_steps": 0, "log_every": warmup,
-           "save_every": 10**6, "eval_every": 10**6}
+def worker_hf(a: argparse.Namespace) -> None:
+    """Hugging Face `Trainer`, padding per batch with DataCollatorForSeq2Seq (labels -100 on pads)."""
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+    rows = [{"input_ids": i, "labels": lab} for i, lab in load_rows(a.assets, a.data, tok)]
+    _hf_train(a, Trainer, TrainingArguments(**_common_args(a)), train_dataset=rows,
+              data_collator=DataCollatorForSeq2Seq(tok, label_pad_token_id=-100))
+
+
+def worker_trl(a: argparse.Namespace) -> None:
+    """TRL `SFTTrainer`, its own packing (SFTConfig(packing=True, max_length=512), TRL's default
+    strategy) on prompt/completion rows in the trainer's template: completion_only_loss masks prompts."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+    rows = [json.loads(line) for line in (a.assets / a.data).read_text().splitlines()]
+    data = Dataset.from_list([{"prompt": alpaca_data.format_prompt(r), "completion": r["output"]} for r in rows])
+    _hf_train(a, SFTTrainer, SFTConfig(**_common_args(a), packing=True, max_length=MAX_LEN), train_dataset=data,
+              processing_class=tok, probe=lambda model: _isolation(model, tok))
+
+
+def _isolation(model, tok) -> float:
+    """Max |logit difference| of an example packed behind another as TRL's padding-free collator
+    feeds it (one row, restarting position_ids, no mask, use_cache=False as its compute_loss) vs the
+    example alone: ~1e-6 = isolated (transformers derives a block mask from the position_ids)."""
+    import torch
+
+    first, second = tok(" ".join(["The red cat sees the dog."] * 4))["input_ids"], tok("A blue bird.")["input_ids"]
+    positions = torch.tensor([list(range(len(first))) + list(range(len(second)))])
+    model.eval()
+    with torch.no_grad():
+        packed = model(input_ids=torch.tensor([first + second]), position_ids=positions, use_cache=False).logits
+        return float((packed[0, len(first):] - model(input_ids=torch.tensor([second]), use_cache=False).logits[0]).abs().max())
+
+
+def torchrun(layout: str, tail: list[str], cwd: Path, repo: Path, log: Path) -> float:
+    """`torchrun --standalone` P processes with OMP_NUM_THREADS=T (layout PxT) and PYTHONPATH=repo
+    (whose remote_payload runs), output to `log`; returns the run's peak RSS in MiB."""
+    nproc, threads = layout.split("x")
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": str(repo), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", nproc, *tail]
+    with log.open("w") as f:
+        rc = subprocess.run([sys.executable, "-c", _WRAP, str(log.with_suffix(".rss")), *argv], cwd=cwd, env=env,
+                            stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise RuntimeError(f"failed: {' '.join(argv)}\n{log.read_text()[-3000:]}")
+    return json.loads(log.with_suffix(".rss").read_text())
+
+
+def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path) -> dict:
+    """One run of `repo`'s remote_payload.train (`kind` in OURS_DATA); rates from metrics.jsonl rows after warm-up."""
+    out = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-{layout}-", dir=work))
+    text = data == "text"
+    cfg = {"model": "bench-gpt2", "finetune": mode, "lora": LORA if mode == "lora" else None, "precision": "fp32",
+           "data": {"train": "bench-gpt2.jsonl" if text else data, "format": "text" if text else "alpaca",
+                    "max_length": TEXT_SEQ if text else MAX_LEN, **OURS_DATA[kind]},
+           "batch_size": BATCH, "max_steps": steps, "lr": LR, "warmup_steps": 0, "seed": SEED, "max_grad_norm": 1.0,
+           "log_every": warmup, "save_every": 10**6, "eval_every": 10**6}
     (out / "train.json").write_text(json.dumps(cfg))
-    _torchrun(nproc, threads, ["-m", "remote_payload.train", "--config", str(out / "train.json"), "--out", str(out)], assets)
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line][1:]
+    rss = torchrun(layout, ["-m", "remote_payload.train", "--config", str(out / "train.json"), "--out", str(out)],
+                   assets, repo, out / "log.txt")
+    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r and r["step"] > warmup]
+    seconds = sum(r["interval_s"] for r in rows)
     tokens = sum(r["tokens_per_s"] * r["interval_s"] for r in rows)
-    return {"tokens_per_s": tokens / sum(r["interval_s"] for r in rows), "peak_rss_mb": max(r["peak_mem_mb"] for r in rows)}
+    slots = sum(r["tokens_per_s"] * r["interval_s"] / max(1e-9, 1 - r["padding_fraction"]) for r in rows)
+    return {"tokens_per_s": tokens / seconds, "labels_per_s": sum(r["label_tokens_per_s"] * r["interval_s"] for r in rows) / seconds,
+            "padding": 1 - tokens / slots, "rss_mb": rss, "log": out / "log.txt",
+            "note": next((ln.split("INFO ")[-1] for ln in (out / "log.txt").read_text().splitlines() if "INFO packing" in ln), None)}
 
 
-def run_worker(kind: str, assets: Path, mode: str, nproc: int, threads: int, steps: int, warmup: int, work: Path) -> dict:
-    work.mkdir(parents=True, exist_ok=True)
-    out = work / f"{kind}-{mode}-{nproc}x{threads}.json"
-    _torchrun(nproc, threads, [__file__, "--worker", kind, "--assets", str(assets), "--mode", mode, "--steps", str(steps),
-                               "--warmup", str(warmup), "--result", str(out)], assets)
-    return json.loads(out.read_text())
+def run_worker(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path) -> dict:
+    """One torchrun of this file's `worker_<kind>`: the ranks' counts summed, over rank 0's timed window."""
+    out = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-{layout}-", dir=work)) / "result"
+    rss = torchrun(layout, [__file__, "--worker", kind, "--assets", str(assets), "--data", data, "--mode", mode, "--steps",
+                            str(steps), "--warmup", str(warmup), "--result", str(out)], assets, repo, out.with_name("log.txt"))
+    ranks = [json.loads(out.with_name(f"result.rank{r}").read_text()) for r in range(int(layout.split("x")[0]))]
+    total, elapsed = {k: sum(r[k] for r in ranks) for k in ("tokens", "labels", "slots")}, ranks[0]["elapsed"]
+    return {"tokens_per_s": total["tokens"] / elapsed, "labels_per_s": total["labels"] / elapsed, "rss_mb": rss,
+            "padding": 1 - total["tokens"] / total["slots"], "log": out.with_name("log.txt"), "info": ranks[0]}
+
+
+def run_impl(kind: str, *args) -> dict:
+    """`run_ours` or `run_worker` by kind, with the same arguments; adds `wall_s`."""
+    t0 = time.perf_counter()
+    result = (run_ours if kind in OURS_DATA else run_worker)(kind, *args)
+    return {**result, "wall_s": time.perf_counter() - t0}
+
+
+def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    """'median (min–max)' of `values` (one value: just it)."""
+    med = fmt.format(statistics.median(values))
+    return med if len(values) == 1 else f"{med} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def rotations(cells: list, rounds: int) -> list[list]:
+    """Each round's order of `cells`: rotated so that every round starts elsewhere."""
+    step = max(1, len(cells) // max(1, rounds))
+    return [cells[(r * step) % len(cells):] + cells[: (r * step) % len(cells)] for r in range(rounds)]
+
+
+def header(repo: Path) -> str:
+    """Date, cores, load average, package versions, which checkout's trainer runs."""
+    from importlib.metadata import distributions
+
+    have = {d.metadata["Name"].lower(): d.version for d in distributions()}
+    return (f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, load avg "
+            f"{'/'.join(f'{x:.2f}' for x in os.getloadavg())} at start; " + ", ".join(
+                f"{n} {have.get(n, 'not installed')}" for n in ("torch", "transformers", "peft", "trl", "accelerate"))
+            + f"; ours from {repo}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--modes", default="full,lora")
-    parser.add_argument("--layouts", default="1x1,1x2,2x1", help="PROCESSESxTHREADS, comma-separated")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per implementation; the best is reported")
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2, help="steps before the timed window (>= 1)")
+    parser.add_argument("--trl-steps", type=int, default=3, help="TRL's steps (1 warm-up)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds; cells are medians (min–max)")
+    parser.add_argument("--layouts", default="1x1,2x1", help="PROCESSESxTHREADS, comma-separated")
+    parser.add_argument("--impls", default=",".join(IMPLS), help="a subset of %(default)s")
+    parser.add_argument("--mode", default="full", choices=["full", "lora"])
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose remote_payload 'ours' runs")
     parser.add_argument("--assets", type=Path, default=Path(tempfile.gettempdir()) / "orch-bench-trainer-assets")
-    parser.add_argument("--build", choices=sorted(MODELS), help="only build that model and its data under --assets")
-    parser.add_argument("--worker", choices=["bare", "hf"], help=argparse.SUPPRESS)
-    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--build", choices=sorted(MODELS), help="only build that model and its text data under --assets")
+    parser.add_argument("--worker", choices=["bare", "hf", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--data", default="text", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        {"bare": worker_bare, "hf": worker_hf}[args.worker](args.assets, args.mode, args.steps, args.warmup, args.result)
+    a = parser.parse_args()
+    if a.worker:
+        return {"bare": worker_bare, "hf": worker_hf, "trl": worker_trl}[a.worker](a)
+    a.assets, a.repo = a.assets.resolve(), a.repo.resolve()
+    build_assets(a.assets, a.build or "bench-gpt2")
+    if a.build:
         return
-    if args.build:
-        build_assets(args.assets, args.build)
-        return
-    build_assets(args.assets)
-    import torch
-
-    print(f"# trainer throughput, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"GPT-2 4x256, seq {SEQ}, batch {BATCH}/process, fp32, {args.steps} steps ({args.warmup} warm-up), "
-          f"best of {args.repeat} interleaved runs\n")
-    print("| mode | procs x threads | ours tok/s | Trainer tok/s | bare tok/s | ours/Trainer | ours/bare | RSS MB ours/Trainer/bare |")
-    print("|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode in args.modes.split(","):
-            for layout in args.layouts.split(","):
-                nproc, threads = map(int, layout.split("x"))
-                work = Path(tmp) / f"{mode}-{layout}"
-                results: dict[str, list[dict]] = {"ours": [], "hf": [], "bare": []}
-                for rep in range(args.repeat):  # interleaved, so a burst of load hits all three alike
-                    rep_dir = work / str(rep)
-                    results["ours"].append(run_ours(args.assets, mode, nproc, threads, args.steps, args.warmup, rep_dir))
-                    for kind in ("hf", "bare"):
-                        results[kind].append(run_worker(kind, args.assets, mode, nproc, threads, args.steps, args.warmup, rep_dir))
-                ours, hf, bare = (max(results[k], key=lambda r: r["tokens_per_s"]) for k in ("ours", "hf", "bare"))
-                print(f"| {mode} | {nproc} x {threads} | {ours['tokens_per_s']:.0f} | {hf['tokens_per_s']:.0f} | "
-                      f"{bare['tokens_per_s']:.0f} | {ours['tokens_per_s'] / hf['tokens_per_s']:.2f} | "
-                      f"{ours['tokens_per_s'] / bare['tokens_per_s']:.2f} | "
-                      f"{ours['peak_rss_mb']:.0f}/{hf['peak_rss_mb']:.0f}/{bare['peak_rss_mb']:.0f} |", flush=True)
+    if not 1 <= a.warmup < a.steps or a.trl_steps < 2:
+        sys.exit("need 1 <= --warmup < --steps and --trl-steps >= 2")
+    impls, layouts, notes = a.impls.split(","), a.layouts.split(","), []
+    if "trl" in impls and importlib.util.find_spec("trl") is None:
+        impls.remove("trl")
+        notes.append("TRL: not installed (pip install -r bench/requirements.txt torch==2.13.0); left out.")
+    procs = max(int(x.split("x")[0]) for x in layouts)
+    # No implementation wraps around the data: a packed row holds ~4 examples (mean ~119 tokens).
+    data, dist = alpaca_data.write_alpaca(a.assets, max(4096, a.steps * procs * BATCH * 6), SEED)
+    print(f"# Useful tokens/s, variable-length instruction data, CPU\n\n{header(a.repo)}.\nGPT-2 4x256 random init, "
+          f"{a.mode}, fp32, batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
+          f"{a.trl_steps} (1)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
+          f"tokens/example min {dist['min']}, median {dist['median']:.0f}, mean {dist['mean']:.1f}, p90 {dist['p90']}, "
+          f"max {dist['max']}.\n", flush=True)
+    cells: dict[tuple[str, str], list[dict]] = {(i, lay): [] for lay in layouts for i in impls}
+    with tempfile.TemporaryDirectory(prefix="orch-bench-trainer-") as tmp:
+        for rnd, order in enumerate(rotations(list(cells), a.repeat)):
+            for impl, lay in order:
+                if impl not in impls:  # TRL failed earlier
+                    continue
+                steps, warmup = (a.trl_steps, 1) if impl == "trl" else (a.steps, a.warmup)
+                try:
+                    res = run_impl(impl, a.assets, data.name, a.mode, lay, steps, warmup, Path(tmp), a.repo)
+                except RuntimeError as exc:
+                    if impl != "trl":
+                        sys.exit(str(exc))
+                    impls.remove("trl")
+                    notes.append(f"TRL: failed, left out: {str(exc)[-1500:]}")
+                    continue
+                if impl == "trl":  # the log is gone after the run's temporary folder
+                    res["warnings"] = sorted({ln.strip()[:160] for ln in res["log"].read_text().splitlines() if "warn" in ln.lower()})
+                cells[impl, lay].append(res)
+                print(f"round {rnd + 1}/{a.repeat} {impl} {lay}: {res['tokens_per_s']:,.0f} tok/s, {res['wall_s']:.0f} s, "
+                      f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+    print("| implementation | layout | useful tok/s | ours-pack / this | label tok/s | padding % | peak RSS MB |\n|---|---|---|---|---|---|---|")
+    for lay in layouts:
+        pack = statistics.median(r["tokens_per_s"] for r in cells[("ours-pack", lay)]) if "ours-pack" in impls else None
+        for impl in impls:
+            rs = cells[impl, lay]
+            ratio = f"{pack / statistics.median(r['tokens_per_s'] for r in rs):.2f}" if pack else "n/a"
+            print(f"| {impl} | {lay} | {spread([r['tokens_per_s'] for r in rs])} | {ratio} | {spread([r['labels_per_s'] for r in rs])}"
+                  f" | {spread([100 * r['padding'] for r in rs], '{:.1f}')} | {spread([r['rss_mb'] for r in rs])} |")
+    print(f"\nLoad avg {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end. Ratios are of medians. Peak RSS: max over "
+          "all processes of a run (torchrun agent + ranks). ours-pad/-group pass no attention mask (right padding under "
+          "causal attention), bare and hf the collator's mask; hf and trl use HF defaults (DDP find_unused_parameters=True).")
+    notes += [f"ours-pack {lay}: {rs[0]['note']}" for (impl, lay), rs in cells.items() if impl == "ours-pack" and rs]
+    for r in [rs[0] for (impl, _), rs in cells.items() if impl == "trl" and rs][:1]:
+        i = r["info"]
+        notes.append(f"TRL: attn_implementation {i['attn']}, packing_strategy {i['packing_strategy']}, padding_free "
+                     f"{i['padding_free']}, completion_only_loss {i['completion_only_loss']}; a packed example vs alone: max "
+                     f"|Δlogit| {i['isolation']:.1e} (~1e-6: isolated); warning lines in its log: {r['warnings'] or 'none'}")
+    print("\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,12 @@ class Resources:
                                                                                              self.time))
 
 
+def _command(argv: List[str]) -> None:
+    if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv) \
+            or argv[0].startswith("-"):
+        raise ValueError("a command must be a list of strings, the first not an option")
+
+
 def _path(job_dir: str) -> str:
     if not isinstance(job_dir, str) or not _PATH.match(job_dir):
         raise ValueError("job folder %r: an absolute path of letters, digits and ._+,=@:~/- only" % clean(job_dir, 80))
@@ -111,8 +117,7 @@ def batch_script(res: Resources, job_dir: str, argv: List[str]) -> str:
     appended to ``<job_dir>/logs/slurm-%j.out``; run in ``job_dir``), then ``exec argv``,
     shell-quoted: the batch shell becomes that process, so ``--signal=B:TERM`` reaches it."""
     job_dir = _path(job_dir)
-    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-        raise ValueError("the batch script needs a command (a list of strings)")
+    _command(argv)
     opts = ["job-name=" + res.job_name, "nodes=%d" % res.nodes, "ntasks-per-node=1"]
     opts += ["gres=gpu:%d" % res.gpus_per_node] * bool(res.gpus_per_node)
     opts += ["cpus-per-task=%s" % res.cpus_per_task] * bool(res.cpus_per_task)
@@ -129,6 +134,7 @@ def srun_argv(res: Resources, job_dir: str, inner_argv: List[str]) -> List[str]:
     appended to ``<job_dir>/logs/node<i>.log`` (``%n``: the node's index in the job, 0 = the
     batch host). Slurm 22.05's srun no longer reads SLURM_CPUS_PER_TASK: CPUs are passed."""
     log = _path(job_dir) + "/logs/node%n.log"
+    _command(inner_argv)
     argv = ["srun", "--nodes=%d" % res.nodes, "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     argv += ["--gres=gpu:%d" % res.gpus_per_node] * bool(res.gpus_per_node)
     argv += ["--cpus-per-task=%s" % res.cpus_per_task] * bool(res.cpus_per_task)
@@ -154,7 +160,7 @@ def _run(argv: List[str], env: Env) -> Tuple[int, str, str]:
 
 def _said(stderr: str, rc: int) -> str:
     """Slurm's complaint (its last two error lines), without ``prog: error:`` prefixes."""
-    lines = [re.sub(r"^\w+: (error|fatal): ", "", ln.strip()) for ln in stderr.splitlines() if ln.strip()]
+    lines = [re.sub(r"^[\w.-]+: (error|fatal): ", "", ln.strip()) for ln in stderr.splitlines() if ln.strip()]
     errs = [ln for ln in lines if re.search(r"error|fail|invalid|denied|unable", ln, re.I)] or lines
     return clean("; ".join(errs[-2:]).replace("Batch job submission failed: ", "")) or "exit status %d" % rc
 
@@ -167,7 +173,7 @@ def _job_id(job_id: str) -> str:
 
 def submit(script_path: str, env: Env = None) -> str:
     """``sbatch --parsable`` the script: the job id; SlurmError when sbatch refuses."""
-    rc, out, err = _run(["sbatch", "--parsable", script_path], env)
+    rc, out, err = _run(["sbatch", "--parsable", _path(script_path)], env)
     job = out.strip().split(";")[0] if rc == 0 else ""
     if not re.match(r"\d{1,12}\Z", job):
         raise SlurmError("sbatch refused the job: %s" % (_said(err, rc) if rc else "it printed %r" % clean(out, 80)))
@@ -255,7 +261,8 @@ _WAIT = {
     "Cleaning": "its previous run is still being cleaned up", "Prolog": "its prolog is still running",
     "ReqNodeNotAvail": "a node it needs is down, drained or reserved", "NodeDown": "a node it needs is down",
     "PartitionDown": "the partition is down", "PartitionInactive": "the partition is inactive",
-    "Reservation": "it waits for its reservation", "Licenses": "it waits for a license"}
+    "Reservation": "it waits for its reservation", "Licenses": "it waits for a license",
+    "WaitingForScheduling": "not scheduled yet"}
 _NEVER = {
     "PartitionNodeLimit": "asks for more nodes than partition %s has", "PartitionConfig": "asks for more than "
     "partition %s has", "PartitionTimeLimit": "asks for more time than partition %s allows",
@@ -309,7 +316,7 @@ def orch_state(info: Optional[Info], job_id: str = "") -> Tuple[str, Optional[st
 
 def hostnames(nodelist: str, env: Env = None) -> List[str]:
     """``node[1-2]`` -> ``["node1", "node2"]`` (``scontrol show hostnames``)."""
-    if not isinstance(nodelist, str) or not re.match(r"[A-Za-z0-9._,\[\]-]{1,4000}\Z", nodelist):
+    if not isinstance(nodelist, str) or not re.match(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4000}\Z", nodelist):
         raise ValueError("bad Slurm node list %r" % clean(nodelist, 80))
     rc, out, err = _run(["scontrol", "show", "hostnames", nodelist], env)
     if rc != 0:
@@ -329,10 +336,14 @@ def _scancel(args: List[str], job_id: str, env: Env) -> bool:
 def signal(job_id: str, sig_name: str, batch_only: bool, env: Env = None) -> bool:
     """Send ``sig_name`` (TERM, SIGUSR1, ...): ``batch_only``: to the batch shell alone
     (``--batch``), else to the batch shell, its children and every step (``--full``; a plain
-    ``scancel --signal`` skips the batch shell). False when Slurm says the job has ended."""
+    ``scancel --signal`` skips the batch shell). False when nothing of the job runs (pending
+    or ended): scancel --signal would retry a pending job for a minute or more."""
     sig = re.sub(r"^SIG", "", sig_name.upper()) if isinstance(sig_name, str) else ""
     if sig not in _SIGNALS:
         raise ValueError("signal %r: one of %s" % (clean(sig_name, 20), ", ".join(_SIGNALS)))
+    info = query(job_id, env)
+    if info is None or info.state not in ("RUNNING", "SUSPENDED"):
+        return False
     return _scancel(["--signal=" + sig, "--batch" if batch_only else "--full"], job_id, env)
 
 

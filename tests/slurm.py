@@ -42,8 +42,24 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional, TypeVar
 
 from tests.sshd import free_port
+
+WAIT_S = 120  # what a test waits for Slurm on a loaded 2-core machine
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], Optional[T]], timeout: float = WAIT_S) -> T:
+    """`probe()`'s first truthy value, polled every 0.2 s; AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
 
 CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat")
 DAEMONS = ("munged", "slurmctld", "slurmd")

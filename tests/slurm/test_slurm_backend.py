@@ -9,27 +9,15 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
 import pytest
 
 from remote_payload import slurm as S
 from remote_payload.protocol import CANCELLED, FAILED, LOST, PENDING, RUNNING, SUCCEEDED, UNKNOWN
-from tests.slurm import ENDED, SlurmCluster, short_hostname
+from tests.slurm import ENDED, WAIT_S, SlurmCluster, short_hostname, wait_for
 
-TIMEOUT = 120  # a loaded 2-core machine
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], Optional[T]], timeout: float = TIMEOUT) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
+TIMEOUT = WAIT_S
 
 
 def make_job_dir(tmp_path: Path, name: str = "job") -> str:

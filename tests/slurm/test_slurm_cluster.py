@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from tests.slurm import SACCT_DISABLED, SlurmCluster, SlurmLogin, short_hostname, start_slurm
+from tests.slurm import SACCT_DISABLED, WAIT_S, SlurmCluster, SlurmLogin, short_hostname, start_slurm, wait_for
 
-TIMEOUT = 120  # a loaded 2-core machine
-
-
-def wait_for(what: str, probe: Callable[[], object], timeout: float = TIMEOUT) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
+TIMEOUT = WAIT_S
 
 
 def alive(pid: int) -> bool:

@@ -80,9 +80,7 @@ def all_reduce_sum(info: DistInfo, tensor: torch.Tensor) -> torch.Tensor:
     A CPU tensor goes through the gloo control group when the main backend is nccl, so the
     per-step bookkeeping never waits for the GPU's queue to drain.
     """
-    if info.enabled:
-        group = info.control_group if tensor.device.type == "cpu" else None
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+    all_reduce_sum_async(info, tensor).wait()
     return tensor
 
 

@@ -8,11 +8,12 @@ are never stored: only the name of the environment variable that holds one.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 # spec.NAME_RE, repeated so that the inventory does not import the job-file schema (yaml, the
 # trainer's config models): commands that only connect start faster. A test keeps them equal.
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+SLURM_NAME = r"^[A-Za-z0-9._+-]{1,128}$"  # partition, account, QoS (remote_payload.slurm checks the same)
 LOCAL = "local"
 DEFAULT_ROOT = "~/orch"
 PRESET_ROOTS = {"autodl": "/root/autodl-tmp/orch"}
@@ -50,6 +52,32 @@ class Host(BaseModel):
     idle_shutdown_minutes: float | None = Field(
         None, gt=0, description="Power the box off after this long with no orch job running (armed by the "
         "supervisor of the last job to end).")
+
+    scheduler: Literal["none", "slurm"] = Field(
+        "none", description="`slurm`: the address is a login node; jobs go through sbatch (docs/slurm.md).")
+    partition: str | None = Field(None, pattern=SLURM_NAME, description="Slurm partition (default: the cluster's).")
+    account: str | None = Field(None, pattern=SLURM_NAME, description="Slurm account to charge.")
+    qos: str | None = Field(None, pattern=SLURM_NAME, description="Slurm quality of service.")
+    slurm_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment for Slurm's commands on the login node (e.g. SLURM_CONF).")
+
+    @field_validator("slurm_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or "\0" in val:
+                raise ValueError(f"slurm_env: {key!r} is not a variable name, or its value holds a NUL byte")
+        return value
+
+    @model_validator(mode="after")
+    def _slurm_fields(self) -> "Host":
+        if self.scheduler != "slurm" and (self.partition or self.account or self.qos or self.slurm_env):
+            raise ValueError("partition, account, qos and slurm_env are for a Slurm host (scheduler: slurm)")
+        return self
+
+    @property
+    def slurm(self) -> bool:
+        return self.scheduler == "slurm"
 
     @property
     def target(self) -> str:

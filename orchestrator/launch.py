@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import repro, runs, synccache, transfer
+from orchestrator import repro, runs, slurmcheck, synccache, transfer
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
@@ -124,7 +124,11 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         key = submission_key(loaded, hosts)
         earlier = registry.unconfirmed(key)
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
+        for host, hello in zip(hosts, hellos):
+            if host.slurm:
+                slurmcheck.cluster(host, hello)  # Slurm answers there, before its facts shape the plan
         plan = plan_for(loaded, project, remotes, hellos, job_id)
+        warnings += slurmcheck.job_problems(spec, hosts, hellos, plan)  # a request the cluster can never run: raises
         if dry_run:
             return Submitted(plan, None, warnings)
         for warning in warnings:
@@ -147,11 +151,11 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             say(f"{host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
                 f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
-                     {"submission": key})
+                     {"submission": key, **slurmcheck.log_nodes(plan)})
         summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
         pause("after-sync")
         start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
-        registry.update(job_id, "pending", {})
+        registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
         if keep is not None:
             keep.push(stack.pop_all())
         return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {})
@@ -180,6 +184,9 @@ def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: S
     replies = parallel(launch, range(len(remotes)))
     if any(r.get("existing") for r in replies):
         say(f"{plan.job_id} was already started by an interrupted submit of this file: not started twice")
+    elif replies[0].get("slurm_job"):
+        say(f"submitted {plan.job_id} to Slurm on {remotes[0].host.name}: Slurm job {replies[0]['slurm_job']}, "
+            f"{len(plan.nodes)} node(s)")
     else:
         say(f"started {plan.job_id} on {', '.join(r.host.name for r in remotes)}")
 
@@ -197,10 +204,11 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
         project = syncmod.project_name(loaded.workspace_dir)
-        hellos = parallel(lambda r: r.call("hello", gpus=True), remotes)
+        hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=dict(r.host.slurm_env) if r.host.slurm else None),
+                          remotes)
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
         plan = plan_for(loaded, project, remotes, hellos, job_id)
         registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
         start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
-        registry.update(job_id, "pending", {})
+        registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
         return plan

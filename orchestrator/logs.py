@@ -147,6 +147,16 @@ class _Prefixed:
             self.rest = ""
 
 
+def log_hosts(record: JobRecord, inventory: Inventory) -> list[Host]:
+    """The host of each node log, by node index: one per host, or for a job of one Slurm host,
+    that host for each node of its allocation (``log_nodes`` in its status)."""
+    hosts = nodes_of(record, inventory)
+    count = record.detail.get("log_nodes")
+    if len(hosts) == 1 and isinstance(count, int) and 1 < count <= 10_000:
+        return hosts * count
+    return hosts
+
+
 def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, write: Callable[[str], None],
                 say: Callable[[str], None], node: int | None = None, follow: bool = False,
                 tail: int | None = None, remotes: dict[str, Remote] | None = None) -> dict[str, Any]:
@@ -160,7 +170,7 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
     remotes = remotes or {}
     capture = logcache.Capture(write) if node is None and tail is None else None
     write = capture or write
-    hosts = nodes_of(record, inventory)
+    hosts = log_hosts(record, inventory)
     if node is not None and not 0 <= node < len(hosts):
         raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
     if node is not None or len(hosts) == 1:
@@ -181,7 +191,7 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
 
         finals = parallel(one, list(range(len(hosts))))
     if len(finals) == len(hosts) and all(f is not None for f in finals):  # every end frame carried a terminal status
-        status = aggregate(finals)  # type: ignore[arg-type]
+        status = aggregate(finals if len(record.hosts) > 1 else finals[:1])  # type: ignore[arg-type]
         registry.update(record.job_id, status["state"], status)
     elif follow:
         status = probe(record, inventory, registry)

@@ -15,11 +15,13 @@ from typing import Any
 
 from pydantic import Field
 
+from orchestrator import slurmplan
 from orchestrator.errors import UsageError
 from orchestrator.hosts import Host
 from orchestrator.presets import PRESETS, preset_env, preset_setup
 from orchestrator.spec import Frozen, JobSpec
 from remote_payload.protocol import GRACE_S
+from remote_payload.slurmrun import RDZV
 
 HEARTBEAT_S = 2.0
 JOIN_TIMEOUT_S = 300
@@ -34,6 +36,8 @@ class HostFacts(Frozen):
     hostname: str = ""
     boot_id: str = ""
     python_version: str = ""
+    payload: str = ""
+    slurm: dict[str, Any] | None = None  # a Slurm login node: the cluster (remote_payload.slurmjob.host_facts)
 
 
 class NodePlan(Frozen):
@@ -66,6 +70,7 @@ class Plan(Frozen):
     train: dict[str, Any] | None = None
     on_finish: dict[str, Any]
     spec_sha256: str
+    slurm: dict[str, Any] | None = None  # on a Slurm host: env, resources, the batch script (slurmplan.batch)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -165,7 +170,12 @@ def shutdown_command(spec: JobSpec, presets: list[str]) -> list[str]:
 def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hosts: list[Host],
                facts: list[HostFacts], job_id: str, rdzv_port: int | None = None) -> Plan:
     """The whole plan. ``facts[i]`` belongs to ``hosts[i]``; orch's node index follows that
-    order (logs, supervisors); torch's own ranks come from its rendezvous."""
+    order (logs, supervisors); torch's own ranks come from its rendezvous. On a Slurm host
+    (the only host then) the nodes are the allocation's (``slurmplan``)."""
+    slurmplan.refusals(spec, hosts)
+    if hosts[0].slurm:
+        return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id,
+                       *_slurm_nodes(spec, hosts[0], facts[0], job_id))
     endpoint = rdzv_endpoint(spec, hosts, rdzv_port)
     nodes = []
     for rank, (host, fact) in enumerate(zip(hosts, facts)):
@@ -176,10 +186,27 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
             torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint, job_id)
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
                               direct=direct, env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
-    root, job_dir = facts[0].root, nodes[0].job_dir
+    return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
+
+
+def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str) -> tuple[list[NodePlan], dict[str, Any]]:
+    """The allocation's nodes (one argv for all, run by srun) and the plan's ``slurm`` section."""
+    res, nproc = slurmplan.resources(spec, host, fact.slurm or {}, job_id)
+    job_dir = posixpath.join(fact.root, "jobs", job_id)
+    direct = is_direct(spec, res.nodes, nproc)
+    argv = program(spec, fact.python, job_dir) if direct else \
+        torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), res.nodes, RDZV, job_id)
+    nodes = [NodePlan(host=host.name, node_rank=i, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
+                      direct=direct, env={"ORCH_HOST": host.name}) for i in range(res.nodes)]
+    return nodes, slurmplan.batch(host, res, fact.python, fact.payload, job_dir)
+
+
+def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hosts: list[Host], root: str,
+            job_id: str, nodes: list[NodePlan], slurm: dict[str, Any] | None) -> Plan:
+    job_dir = nodes[0].job_dir
     presets = list(dict.fromkeys([*hosts[0].presets, *spec.presets]))
     return Plan(
-        job_id=job_id, name=spec.name, project=project, root=root, job_dir=job_dir,
+        job_id=job_id, name=spec.name, project=project, root=root, job_dir=job_dir, slurm=slurm,
         workspace_dir=posixpath.join(root, "workspace", project), nodes=nodes,
         setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **spec.env},
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,

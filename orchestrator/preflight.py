@@ -39,13 +39,14 @@ class Needs:
     nproc: int | None = None        # an explicit nproc_per_node; None for auto
     torch: bool = False             # the built-in trainer, or a command with no setup step
     job: str = ""
+    spec: JobSpec | None = None     # the job itself: a Slurm cluster is asked whether it can ever run it
 
     @classmethod
     def of(cls, spec: JobSpec) -> "Needs":
         precision = spec.train.precision if spec.train is not None else "auto"
         nproc = spec.launch.nproc_per_node if isinstance(spec.launch.nproc_per_node, int) else None
         return cls(gpu=precision in ("fp16", "bf16"), bf16=precision == "bf16", nproc=nproc,
-                   torch=spec.train is not None or not spec.setup, job=spec.name)
+                   torch=spec.train is not None or not spec.setup, job=spec.name, spec=spec)
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ def _gpu_rows(facts: dict[str, Any], needs: Needs) -> list[Row]:
     return rows
 
 
-def judge(facts: dict[str, Any], skew_s: float, needs: Needs) -> list[Row]:
-    """One row per check, in a fixed order. Never raises on odd or missing facts."""
+def judge(facts: dict[str, Any], skew_s: float, needs: Needs, cluster: list[Row] | None = None) -> list[Row]:
+    """One row per check, in a fixed order. Never raises on odd or missing facts. ``cluster``:
+    a Slurm login node's rows (``slurmcheck.preflight_rows``), in place of its own GPUs'."""
     rows = [Row("login shell", clean(str(facts.get("login_shell") or "bash -l")) + f" as {clean(str(facts.get('user')))}", OK)]
     version = str(facts.get("python_version") or "0")
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
@@ -132,7 +134,7 @@ def judge(facts: dict[str, Any], skew_s: float, needs: Needs) -> list[Row]:
         note = clean(str(torch.get("error") or "not importable"))[:100]
         hint = f"{needs.job} needs it" if needs.torch else "install it in the job's setup:"
         rows.append(Row("torch", "missing", FAIL if needs.torch else WARN, f"{note}; {hint}"))
-    rows += _gpu_rows(facts, needs)
+    rows += _gpu_rows(facts, needs) if cluster is None else cluster
     rows += _disk_rows(facts)
     tools = facts.get("tools") or {}
     for name in ("rsync", "tmux"):
@@ -166,12 +168,18 @@ def _workspace_rows(facts: dict[str, Any]) -> list[Row]:
 
 
 def preflight(host: Host, inventory: Inventory, needs: Needs) -> list[Row]:
-    """Ask ``host`` for its facts (one agent call) and judge them."""
+    """Ask ``host`` for its facts (one agent call; a Slurm host's cluster: one more) and judge them."""
+    cluster = None
     with open_transport(host, inventory, never) as transport:
         facts = Remote(host, transport).call("preflight", timeout=180)
         arrived = time.time()
+        if host.slurm:
+            from orchestrator import slurmcheck  # it builds on this module's rows
+
+            said = Remote(host, transport).call("hello", slurm=dict(host.slurm_env)).get("slurm")
+            cluster = slurmcheck.preflight_rows(host, said, needs.spec)
     skew = float(facts.get("time") or arrived) - arrived if isinstance(facts, dict) else 0.0
-    return judge(facts if isinstance(facts, dict) else {}, skew, needs)
+    return judge(facts if isinstance(facts, dict) else {}, skew, needs, cluster)
 
 
 def table(host: Host, rows: list[Row]) -> Table:

@@ -20,6 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
                       field_validator, model_validator)
 
 from orchestrator.errors import SpecError
+from orchestrator.slurmspec import SlurmJob
 from orchestrator.specerrors import data_path, named_field, plain_message, yaml_problem
 from remote_payload.config import TrainConfig
 
@@ -101,6 +102,11 @@ class Launch(Frozen):
         "`launcher`); a string is split like a shell would. A leading `python` means the host's python.",
     )
 
+    nnodes: int | None = Field(
+        None, ge=1, le=10_000, description="Nodes: on SSH boxes, one per listed host (the default); on a Slurm "
+        "host, how many nodes to allocate (default 1)."
+    )
+    slurm: SlurmJob | None = Field(None, description="What to ask a Slurm cluster for (docs/slurm.md).")
     rdzv_host: str | None = Field(
         None, description="Multi-node: the address the other nodes use to reach the first host "
         "(e.g. a private network address). Default: the first host's address."
@@ -213,6 +219,9 @@ class JobSpec(Frozen):
         names = [h if isinstance(h, str) else h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("a host is listed twice")
+        if len(names) > 1 and self.launch.nnodes not in (None, len(names)):
+            raise ValueError(f"launch.nnodes is {self.launch.nnodes} but {len(names)} hosts are listed: on SSH boxes "
+                             "each host is one node (leave nnodes out)")
         return self
 
 

@@ -51,9 +51,11 @@ def store(host: "Host", project: str, generation: str | None, files: dict[str, A
 
 def hello(remote: "Remote", project: str, gpus: bool = False) -> dict[str, Any]:
     """``hello`` for ``project``, its ``sync`` whole (files included) whether the server sent
-    them or the laptop held them; what the server sent is kept for next time."""
+    them or the laptop held them; what the server sent is kept for next time. A Slurm host's
+    reply also describes the cluster (``slurm``)."""
     held = load(remote.host, project)
-    reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None)
+    slurm = dict(remote.host.slurm_env) if remote.host.slurm else None
+    reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None, slurm=slurm)
     state = _checked(remote.host, project, reply.get("sync"))
     generation = state.get("generation")
     if state.get("same"):

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import proctree, repro, workspace
+from remote_payload import proctree, repro, slurmjob, workspace
 from remote_payload.common import (CODE_DIR, SNAPSHOT, atomic_write_json, boot_id, build_manifest, pid_alive, read_json,
                                    snapshot_record)
 from remote_payload.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
@@ -38,12 +38,16 @@ class Agent:
         return os.path.join(self.root, "jobs", job_id)
 
     # -- facts and sync -------------------------------------------------------------
-    def hello(self, project: Optional[str] = None, gpus: bool = False, known: Optional[str] = None) -> Dict[str, Any]:
-        """Facts about the host; with ``project``, its sync state (``workspace.sync_state``)."""
+    def hello(self, project: Optional[str] = None, gpus: bool = False, known: Optional[str] = None,
+              slurm: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Facts about the host; with ``project``, its sync state (``workspace.sync_state``);
+        with ``slurm`` (the env for Slurm's commands), the cluster's (``slurmjob.host_facts``)."""
         out: Dict[str, Any] = {
             "python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
-            "root": self.root, "boot_id": boot_id(), "hostname": socket.gethostname(),
+            "root": self.root, "boot_id": boot_id(), "hostname": socket.gethostname(), "payload": self.payload_dir,
         }
+        if slurm is not None:
+            out["slurm"] = slurmjob.host_facts({str(k): str(v) for k, v in slurm.items()}, self.root)
         if gpus:
             out["gpus"] = count_gpus()
         if project:
@@ -53,7 +57,9 @@ class Agent:
     # -- jobs ------------------------------------------------------------------------
     def launch(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """Snapshot the workspace into ``jobs/<id>/code`` (hard links), write job.json, and
-        start the supervisor. Idempotent: a job id that exists is reported, not restarted."""
+        start the supervisor — on a Slurm login node: write ``slurm.sh`` and sbatch it, the
+        supervisor starts in the allocation. Idempotent: a job id that exists is reported, not
+        restarted."""
         job = request["job"]
         final = self.job_dir(job["job_id"])
         if os.path.exists(final):
@@ -78,12 +84,23 @@ class Agent:
         atomic_write_json(os.path.join(tmp, "job.json"), job)
         if request.get("train") is not None:
             atomic_write_json(os.path.join(tmp, "train.json"), request["train"])
+        if job.get("slurm"):
+            with open(os.path.join(tmp, slurmjob.SCRIPT), "w", encoding="utf-8") as f:
+                f.write(job["slurm"]["script"])
         try:
             os.rename(tmp, final)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"existing": True, "status": self.probe(job["job_id"])}
+        if job.get("slurm"):
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
         return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+
+    def _slurm(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except slurmjob.SlurmJobError as exc:
+            raise AgentError(str(exc)) from None
 
     def spawn(self, job_dir: str, node_rank: int) -> int:
         log = open(os.path.join(job_dir, "logs", "supervisor-node%d.log" % node_rank), "ab")
@@ -95,20 +112,26 @@ class Agent:
         return proc.pid
 
     def probe(self, job_id: str) -> Dict[str, Any]:
-        """The job's status with ``lost`` decided here: no live supervisor, no terminal state."""
+        """The job's status with ``lost`` decided here: no live supervisor, no terminal state
+        (a Slurm job's: ``slurmjob.probe``, from Slurm's word)."""
         d = self.job_dir(job_id)
         if not os.path.isdir(d):
             return {"job_id": job_id, "state": "unknown", "reason": "no such job on this host"}
         st = read_status(os.path.join(d, "status.json"))
-        if not isinstance(st, dict) or "state" not in st:
+        job = self.slurm_job(d)
+        on_slurm = job is not None
+        if job is not None:  # the supervisor runs in an allocation: Slurm says whether it lives
+            st = dict(slurmjob.probe(d, job, st), job_id=job_id)
+        elif not isinstance(st, dict) or "state" not in st:
             age = time.time() - os.stat(d).st_mtime
             if age < PENDING_GRACE_S:
                 return {"job_id": job_id, "state": "pending"}
             return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
-        st["job_id"] = job_id
-        if st["state"] == "unknown":  # broken status.json: say so, decide nothing from it
-            return st
-        if st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
+        else:
+            st["job_id"] = job_id
+        if st["state"] == "unknown" or on_slurm:  # broken status.json: say so, decide nothing from it
+            pass
+        elif st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
             pass  # resumed: the new supervisor is starting
         elif st["state"] not in TERMINAL:
             if st.get("boot_id") != boot_id():
@@ -144,6 +167,9 @@ class Agent:
         if st["state"] in TERMINAL or st["state"] == UNKNOWN:
             return st
         d = self.job_dir(job_id)
+        job = self.slurm_job(d)
+        if job is not None:
+            return dict(self._slurm(slurmjob.cancel, d, job, st, grace), job_id=job_id)
         if st["state"] != "lost" and not st.get("unsupervised"):
             try:
                 os.kill(int(st["supervisor_pid"]), signal.SIGTERM)
@@ -172,6 +198,9 @@ class Agent:
         """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
         multi-node job, so a node that had succeeded restarts too."""
         st = self.probe(job_id)
+        job = self.slurm_job(self.job_dir(job_id))
+        if job is not None and st["state"] in RESUMABLE:
+            return {"slurm_job": self._slurm(slurmjob.resume, self.job_dir(job_id), job)}
         if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
             d = self.job_dir(job_id)
             grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
@@ -186,6 +215,11 @@ class Agent:
         old.update(state="pending", reason="resuming", supervisor_pid=None, heartbeat=time.time())
         atomic_write_json(os.path.join(d, "status.json"), old)
         return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
+
+    def slurm_job(self, job_dir: str) -> Optional[Dict[str, Any]]:
+        """job.json of a job run through Slurm, else None."""
+        job = read_json(os.path.join(job_dir, "job.json"))
+        return job if isinstance(job, dict) and job.get("slurm") else None
 
     # -- logs and files --------------------------------------------------------------
     def log_path(self, job_id: str, node: int) -> str:

@@ -100,24 +100,27 @@ JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobstate.
     "exit_code": ((int, NONE), OPT), "node_rank": (int, OPT), "unsupervised": (bool, OPT),
     "survivors": (int, OPT), "attempt": (int, OPT), "heartbeat": (MAYBE_NUMBER, OPT),
     "started": (MAYBE_NUMBER, OPT), "ended": (MAYBE_NUMBER, OPT), "procs": (list, OPT),
+    "log_nodes": (int, OPT), "slurm_job": (str, OPT),  # a Slurm job: its node logs, its latest Slurm job id
 }
 JOB = {"job": (str, REQUIRED)}
 
 REQUESTS: Dict[str, Request] = {
-    "hello": Request({"project": ((str, NONE), None), "gpus": (bool, False), "known": ((str, NONE), None)},
+    "hello": Request({"project": ((str, NONE), None), "gpus": (bool, False), "known": ((str, NONE), None),
+                      "slurm": ((dict, NONE), None)},  # a Slurm login node: the env for Slurm's commands
                      {"python": (str, REQUIRED), "python_version": (str, REQUIRED), "root": (str, REQUIRED),
                       "boot_id": (str, REQUIRED), "hostname": (str, REQUIRED), "gpus": (int, OPT),
-                      "sync": (dict, OPT)}),
+                      "sync": (dict, OPT), "payload": (str, OPT), "slurm": (dict, OPT)}),
     "receive": Request({"project": (str, REQUIRED), "stall_s": (NUMBER, REQUIRED)},
                        {"written": (int, REQUIRED), "deleted": (int, REQUIRED), "bytes": (int, REQUIRED),
                         "generation": (str, REQUIRED), "changes": (dict, OPT)}, reads=True),
     "launch": Request({"request": (dict, REQUIRED)},
                       {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT),
-                       "job_dir": (str, OPT)}, locked=True, statuses="status"),
+                       "job_dir": (str, OPT), "slurm_job": (str, OPT)}, locked=True, statuses="status"),
     "status": Request({"jobs": (list, REQUIRED)}, {"jobs": (dict, REQUIRED)}, statuses="jobs"),
     "cancel": Request({"job": (str, REQUIRED), "grace": (NUMBER, REQUIRED)}, JOB_STATUS, locked=True,
                       statuses="reply"),
-    "resume": Request({"job": (str, REQUIRED), "whole_job": (bool, False)}, {"pid": (int, REQUIRED)}, locked=True),
+    "resume": Request({"job": (str, REQUIRED), "whole_job": (bool, False)}, {"pid": (int, OPT), "slurm_job": (str, OPT)},
+                      locked=True),
     "follow": Request({"job": (str, REQUIRED), "offset": (int, REQUIRED), "node": (int, REQUIRED),
                        "follow": (bool, REQUIRED), "heartbeat": (NUMBER, REQUIRED)}, {}, writes=True),
     "tail_offset": Request({"job": (str, REQUIRED), "node": (int, REQUIRED), "lines": (int, REQUIRED)},

@@ -70,7 +70,7 @@ class Output:
 
 
 def _hello(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
-    return agent.hello(a["project"], a["gpus"], a["known"])
+    return agent.hello(a["project"], a["gpus"], a["known"], a["slurm"])
 
 
 def _receive(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:

@@ -115,14 +115,15 @@ def _path(job_dir: str) -> str:
 def batch_script(res: Resources, job_dir: str, argv: List[str]) -> str:
     """The batch script: ``#SBATCH`` lines for ``res`` (one task per node; Slurm's own output
     appended to ``<job_dir>/logs/slurm-%j.out``; run in ``job_dir``), then ``exec argv``,
-    shell-quoted: the batch shell becomes that process, so ``--signal=B:TERM`` reaches it."""
+    shell-quoted: the batch shell becomes that process, so the time-limit warning
+    (``--signal=B:USR1``, ``signal_before_s`` before the limit) reaches it."""
     job_dir = _path(job_dir)
     _command(argv)
     opts = ["job-name=" + res.job_name, "nodes=%d" % res.nodes, "ntasks-per-node=1"]
     opts += ["gres=gpu:%d" % res.gpus_per_node] * bool(res.gpus_per_node)
     opts += ["cpus-per-task=%s" % res.cpus_per_task] * bool(res.cpus_per_task)
     opts += ["%s=%s" % (k, getattr(res, k)) for k in ("mem", "time", "partition", "account", "qos") if getattr(res, k)]
-    opts += ["requeue" if res.requeue else "no-requeue"] + ["signal=B:TERM@%d" % res.signal_before_s] * bool(
+    opts += ["requeue" if res.requeue else "no-requeue"] + ["signal=B:USR1@%d" % res.signal_before_s] * bool(
         res.signal_before_s)
     log = job_dir + "/logs/slurm-%j.out"
     opts += ["output=" + log, "error=" + log, "open-mode=append", "chdir=" + job_dir]

@@ -16,6 +16,9 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   only ever appended to, so readers can follow it by byte offset.
 - SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
   ``grace_s`` what is left is killed. The job then ends ``cancelled``.
+- In a Slurm allocation (job.json has ``slurm``; ``slurmrun.py``) the job runs as one srun
+  step across the allocation's nodes; SIGUSR1 is the time-limit warning, and a SIGTERM
+  that is not ``orch cancel`` ends the job with the state Slurm names.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload import failure, metricswatch, onfinish, proctree, repro  # noqa: E402
+from remote_payload import failure, metricswatch, onfinish, proctree, repro, slurmrun  # noqa: E402
 from remote_payload.launcher import direct_env, free_port  # noqa: E402
 from remote_payload.manifests import Flock, ManifestCache  # noqa: E402
 from remote_payload.common import atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
@@ -55,6 +58,8 @@ class Supervisor:
         self.status_path = os.path.join(job_dir, "status.json")
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
+        self.warned = threading.Event()  # Slurm's time-limit warning (SIGUSR1)
+        self.slurm = bool(self.job.get("slurm"))
         self.child: Optional[subprocess.Popen] = None
         self.recorder: Optional[repro.Recorder] = None
         self.manifests: Optional[ManifestCache] = None
@@ -93,6 +98,14 @@ class Supervisor:
         if self.child is not None:
             grace = float(self.job.get("grace_s", GRACE_S))
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
+
+    def on_warning(self, signum: int, frame: Any) -> None:
+        """Slurm's time-limit warning: stop the job gracefully (it checkpoints), not cancelled."""
+        self.warned.set()
+        self.say("Slurm's time-limit warning: stopping the job so that it checkpoints")
+        if self.child is not None:
+            threading.Thread(target=self._stop_tree, args=(float(self.job.get("grace_s", GRACE_S)),),
+                             daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:
         proctree.stop(self.job_procs(), grace)
@@ -221,6 +234,8 @@ class Supervisor:
         proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if self.slurm:
+            signal.signal(signal.SIGUSR1, self.on_warning)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
         env = self.env()
@@ -239,16 +254,29 @@ class Supervisor:
             self.update(state="running")
             if self.node.get("direct"):
                 env = direct_env(env, free_port())
-            self.say("starting: %s" % shlex.join(self.node["argv"]))
+            argv = slurmrun.step_argv(self.job, self.job_dir, self.node["argv"]) if self.slurm else self.node["argv"]
+            self.say("starting: %s" % shlex.join(argv))
             watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
-            code = self.run_step(list(self.node["argv"]), env, started=self.start_background)
+            code = self.run_step(list(argv), env, started=self.start_background)
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
             self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
-        if self.cancelled.is_set():
+        if self.cancelled.is_set() and self.slurm and not slurmrun.cancel_requested(self.job_dir):
+            state, why = slurmrun.ended_by_slurm(self.job)
+            self.finish(state, code, why)
+        elif self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
         elif code == 0:
             self.finish("succeeded", 0, None)
+        elif self.warned.is_set():
+            if self.job["slurm"]["resources"].get("requeue"):
+                self.update(state="pending", exit_code=code, reason=slurmrun.warned_reason(self.job, True))
+                problem = slurmrun.requeue(self.job)
+                if problem is None:
+                    return 0  # Slurm ends this run of the batch script and starts the job again
+                self.finish("failed", code, "%s; %s" % (slurmrun.warned_reason(self.job, False), problem))
+            else:
+                self.finish("failed", code, slurmrun.warned_reason(self.job, False))
         else:
             self.finish("failed", code, failure.reason(self.job_dir, self.node_rank, self.job["job_id"], code,
                                                        direct=bool(self.node.get("direct"))))

@@ -306,4 +306,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Everything the run wrote is closed (and checkpoints fsynced) when main returns, and the
+    # process group is destroyed. Leave without interpreter finalization: a C++ worker thread
+    # destroyed there (gloo, FSDP2) can abort a finished run after "done" (seen once in CI as
+    # "terminate called without an active exception"), which torchrun would report as a failure.
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -89,11 +89,19 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> st
               help="What the box costs per hour: `orch status` shows a cost estimate.")
 @click.option("--idle-shutdown-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Power the box off after this long with no orch job running (cost guard).")
+@click.option("--scheduler", type=click.Choice(["none", "slurm"]), default="none",
+              help="slurm: the address is a cluster's login node; jobs go through sbatch (docs/slurm.md).")
+@click.option("--partition", default=None, help="Slurm partition for this host's jobs (default: the cluster's).")
+@click.option("--account", default=None, help="Slurm account to charge.")
+@click.option("--qos", default=None, help="Slurm quality of service.")
+@click.option("--slurm-env", "slurm_env", multiple=True, metavar="NAME=VALUE",
+              help="Environment for Slurm's commands on the login node, e.g. SLURM_CONF=/etc/slurm/lab.conf.")
 @pass_app
 def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, password_env: str | None,
             root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool,
             install_key: bool, key: Path | None, price_per_hour: float | None,
-            idle_shutdown_minutes: float | None) -> None:
+            idle_shutdown_minutes: float | None, scheduler: str, partition: str | None, account: str | None,
+            qos: str | None, slurm_env: tuple[str, ...]) -> None:
     """Add or update a host.
 
     With --trust or --install-key it connects first and saves the entry only when every step
@@ -106,6 +114,8 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
           --password-env AUTODL_PW --preset autodl --trust --price-per-hour 1.98
       AUTODL_PW=... orch hosts add a100 --ssh "ssh -p 40022 root@connect.example.com" \\
           --password-env AUTODL_PW --install-key --trust     # from then on: the key, no password
+      orch hosts add lab --ssh "ssh alice@login.lab.example.edu" --identity ~/.ssh/id_ed25519 \\
+          --scheduler slurm --partition gpu --account proj123 --trust
     """
     if install_key and not password_env:
         raise UsageError("--install-key logs in once with a password: add --password-env VAR")
@@ -116,6 +126,9 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     if password_env is not None and not ENV_KEY_RE.match(password_env):
         raise UsageError(f"--password-env wants a variable NAME (like AUTODL_PW), got {password_env!r}")
     fields = parse_ssh_command(ssh_command)
+    env_pairs = [item.partition("=") for item in slurm_env]
+    if any(not sep or not ENV_KEY_RE.match(k) for k, sep, _ in env_pairs):
+        raise UsageError(f"--slurm-env wants NAME=VALUE (like SLURM_CONF=/etc/slurm/lab.conf), got {slurm_env!r}")
     if identity:
         fields["identity_file"] = identity
     preset_root = next((PRESETS[p].root for p in presets if PRESETS[p].root), None)
@@ -123,7 +136,8 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     try:
         host = Host(name=name, password_env=password_env, root=root or preset_root or DEFAULT_ROOT,
                     python=python or "python3", presets=list(presets), price_per_hour=price_per_hour,
-                    idle_shutdown_minutes=idle_shutdown_minutes,
+                    idle_shutdown_minutes=idle_shutdown_minutes, scheduler=scheduler, partition=partition,
+                    account=account, qos=qos, slurm_env={k: v for k, _, v in env_pairs},
                     **fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(f"invalid host: {exc}") from None
@@ -132,7 +146,7 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     if trust or install_key:
         host = _verify(app, host, old is not None, trust, install_key, key)
     app.inventory.save(host)
-    app.say(f"saved {name}: {host.target}, root {host.root}")
+    app.say(f"saved {name}: {host.target}, root {host.root}" + (" (Slurm login node)" if host.slurm else ""))
     if host.host_key is None:
         app.say(f"its host key is not pinned yet: orch hosts trust {name}")
 

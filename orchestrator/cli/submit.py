@@ -45,6 +45,9 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         plan = done.plan
         if dry_run:
             click.echo(plan_text(plan))
+            if plan.slurm is not None:  # the exact script sbatch gets, after the plan
+                click.echo(f"# {plan.job_dir}/slurm.sh, submitted with sbatch on {plan.nodes[0].host}:")
+                click.echo(plan.slurm["script"], nl=False)
             return
         result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
                   "state": "pending", "sync": done.sync_summary}

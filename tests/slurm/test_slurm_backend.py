@@ -72,7 +72,7 @@ def test_batch_script_for_full_resources_is_exact() -> None:
 #SBATCH --account=proj123
 #SBATCH --qos=high
 #SBATCH --requeue
-#SBATCH --signal=B:TERM@300
+#SBATCH --signal=B:USR1@300
 #SBATCH --output=/shared/orch/jobs/train-1/logs/slurm-%j.out
 #SBATCH --error=/shared/orch/jobs/train-1/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -88,7 +88,7 @@ b'
 def test_batch_script_defaults() -> None:
     assert S.batch_script(S.Resources(), "/r/jobs/j", ["true"]).splitlines() == [
         "#!/bin/bash", "#SBATCH --job-name=orch", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --no-requeue", "#SBATCH --signal=B:TERM@120", "#SBATCH --output=/r/jobs/j/logs/slurm-%j.out",
+        "#SBATCH --no-requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --output=/r/jobs/j/logs/slurm-%j.out",
         "#SBATCH --error=/r/jobs/j/logs/slurm-%j.out", "#SBATCH --open-mode=append", "#SBATCH --chdir=/r/jobs/j",
         "exec true"]
     assert "--signal" not in S.batch_script(S.Resources(signal_before_s=0), "/r", ["true"])
@@ -432,12 +432,12 @@ def test_cancel(slurm: SlurmCluster, tmp_path: Path) -> None:
 
 def test_time_limit_warning_then_timeout(slurm: SlurmCluster, tmp_path: Path) -> None:
     """slurmctld checks time limits (and sends --signal warnings) on a 30 s pass. ``warned``
-    (--time=2, signal_before_s=90) gets its SIGTERM at the first pass after it starts (Slurm
+    (--time=2, signal_before_s=90) gets its SIGUSR1 at the first pass after it starts (Slurm
     may warn up to a pass early), long before its limit; ``timed`` gets TimeLimit=0 once
     running and times out at the next pass, so no test waits for a whole minute of limit."""
     job_dir = make_job_dir(tmp_path)
     warned = submit(slurm, S.Resources(time="2", signal_before_s=90, job_name="warned"), job_dir,
-                    ["bash", "-c", f"trap 'echo term >> {tmp_path}/warned.sig' TERM; {hold(tmp_path, 'warned')}"])
+                    ["bash", "-c", f"trap 'echo usr1 >> {tmp_path}/warned.sig' USR1; {hold(tmp_path, 'warned')}"])
     timed = submit(slurm, S.Resources(time="1", signal_before_s=0, job_name="timed"), job_dir,
                    ["bash", "-c", f"trap 'echo term >> {tmp_path}/timed.sig; exit 143' TERM; {hold(tmp_path, 'timed')}"])
     wait_for("both jobs to start", lambda: (tmp_path / "warned.started").exists() and (tmp_path / "timed.started").exists())
@@ -448,7 +448,7 @@ def test_time_limit_warning_then_timeout(slurm: SlurmCluster, tmp_path: Path) ->
     assert wait_for("SIGTERM at the limit", lambda: (tmp_path / "timed.sig").exists()
                     and (tmp_path / "timed.sig").read_text()) == "term\n"
     assert wait_for("the warning", lambda: (tmp_path / "warned.sig").exists()
-                    and (tmp_path / "warned.sig").read_text(), timeout=TIMEOUT) == "term\n"
+                    and (tmp_path / "warned.sig").read_text(), timeout=TIMEOUT) == "usr1\n"
     assert S.query(warned, slurm.env).state == "RUNNING"  # warned before its limit, and the trap kept it going
     (tmp_path / "warned.release").touch()
     assert state_of(slurm, warned).state == "COMPLETED"

@@ -1,0 +1,86 @@
+"""Pure: what a job becomes on a Slurm host (a login node: ``Host.scheduler == "slurm"``).
+
+The job is one Slurm job of ``launch.nnodes`` nodes. Its batch script (``batch``) execs
+orch's supervisor on the first node; the supervisor runs each node's ``argv`` there through
+one srun step (``remote_payload/slurmrun.py``). ``argv`` is torchrun with a c10d rendezvous
+whose endpoint is left as ``slurmrun.RDZV`` (the first node is known only in the allocation),
+``--standalone`` on one node, or the job's one process itself (``direct``).
+
+GPUs per node (``--gres=gpu:N``): ``launch.slurm.gpus_per_node`` when given; else
+``nproc_per_node`` when it is a number and the partition has GPUs (0 on a CPU partition);
+``auto`` takes every GPU of the partition's nodes and starts one process per GPU (one
+process without GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from typing import Any
+
+from orchestrator.errors import UsageError
+from orchestrator.hosts import Host
+from orchestrator.slurmspec import SlurmJob
+from orchestrator.spec import JobSpec
+from remote_payload import slurm
+
+
+def refusals(spec: JobSpec, hosts: list[Host]) -> None:
+    """``UsageError`` for what a job cannot ask of its hosts: a Slurm host with others, the
+    fields a Slurm job cannot use, ``launch.nnodes`` on one SSH box."""
+    slurm_hosts = [h.name for h in hosts if h.slurm]
+    if not slurm_hosts:
+        if spec.launch.nnodes not in (None, len(hosts)):
+            raise UsageError(f"launch.nnodes is {spec.launch.nnodes} but the job lists {len(hosts)} SSH host(s), one "
+                             "node each: list more hosts, or use a Slurm host (orch hosts add ... --scheduler slurm)")
+        return
+    if len(hosts) > 1:
+        raise UsageError(f"{slurm_hosts[0]} is a Slurm cluster: list it alone in hosts (launch.nnodes says how many "
+                         "of its nodes the job gets)")
+    if spec.launch.rdzv_host or spec.launch.rdzv_port:
+        raise UsageError("launch.rdzv_host/rdzv_port do not apply on Slurm: the rendezvous is on the allocation's "
+                         "first node, on a port free there")
+    if spec.on_finish.shutdown:
+        raise UsageError(f"on_finish.shutdown: {hosts[0].name} is a Slurm cluster, which orch never powers off")
+
+
+def gpus_and_nproc(spec: JobSpec, cluster: dict[str, Any], partition: str | None) -> tuple[int, int]:
+    """(GPUs per node to ask for, processes per node) — see the module docstring."""
+    parts = cluster.get("partitions") or {}
+    name = partition or next((n for n, p in parts.items() if p.get("default")), None)
+    have = int((parts.get(name) or {}).get("max_gpus_per_node") or 0)
+    asked = (spec.launch.slurm or SlurmJob()).gpus_per_node
+    wanted = spec.launch.nproc_per_node
+    gpus = asked if asked is not None else (have if wanted == "auto" else wanted if have else 0)
+    nproc = max(gpus, 1) if wanted == "auto" else wanted
+    if 0 < gpus < nproc:
+        raise UsageError(f"launch.nproc_per_node is {nproc} but the job asks Slurm for {gpus} GPU(s) per node "
+                         "(launch.slurm.gpus_per_node)")
+    return gpus, nproc
+
+
+def resources(spec: JobSpec, host: Host, cluster: dict[str, Any], job_id: str) -> tuple[slurm.Resources, int]:
+    """The Slurm request and the processes per node; ``UsageError`` for values Slurm cannot take."""
+    sj = spec.launch.slurm or SlurmJob()
+    partition = sj.partition or host.partition
+    gpus, nproc = gpus_and_nproc(spec, cluster, partition)
+    try:
+        res = slurm.Resources(
+            nodes=spec.launch.nnodes or 1, gpus_per_node=gpus, cpus_per_task=sj.cpus_per_task, mem=sj.mem,
+            time=sj.time, partition=partition, account=sj.account or host.account, qos=sj.qos or host.qos,
+            requeue=sj.requeue, signal_before_s=sj.signal_before_s, job_name=job_id)
+    except ValueError as exc:
+        raise UsageError(f"launch.slurm: {exc}") from None
+    return res, nproc
+
+
+def batch(host: Host, res: slurm.Resources, python: str, payload: str, job_dir: str) -> dict[str, Any]:
+    """The plan's ``slurm`` section: the env for Slurm's commands, the request, the exact batch script."""
+    if not payload:
+        raise UsageError(f"{host.name}: the helper did not say where it lives (an older orch on the host?)")
+    supervisor = posixpath.join(payload, "remote_payload", "supervisor.py")
+    try:
+        script = slurm.batch_script(res, job_dir, [python, supervisor, "--job-dir", job_dir, "--node-rank", "0"])
+    except ValueError as exc:
+        raise UsageError(f"{host.name}: {exc}") from None
+    return {"env": dict(host.slurm_env), "resources": dataclasses.asdict(res), "script": script}

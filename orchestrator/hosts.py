@@ -72,7 +72,10 @@ class Host(BaseModel):
     @model_validator(mode="after")
     def _slurm_fields(self) -> "Host":
         if self.scheduler != "slurm" and (self.partition or self.account or self.qos or self.slurm_env):
-            raise ValueError("partition, account, qos and slurm_env are for a Slurm host (scheduler: slurm)")
+            raise ValueError("partition, account, qos and slurm_env are for a Slurm host (--scheduler slurm)")
+        if self.scheduler == "slurm" and self.idle_shutdown_minutes is not None:
+            raise ValueError("idle_shutdown_minutes: a Slurm cluster is never powered off by orch (its allocations "
+                             "end with their jobs)")
         return self
 
     @property

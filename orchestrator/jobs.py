@@ -160,4 +160,4 @@ def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
                          "(or one whose supervisor died while its processes run: they are stopped first)")
     hosts = nodes_of(record, inventory)
     parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1), hosts)
-    registry.update(record.job_id, "pending", {})
+    registry.update(record.job_id, "pending", {k: v for k, v in record.detail.items() if k == "log_nodes"})

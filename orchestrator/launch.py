@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import repro, runs, slurmcheck, synccache, transfer
+from orchestrator import repro, runs, slurmcheck, slurmplan, synccache, transfer
 from orchestrator import sync as syncmod
 from orchestrator.connect import ask_on_tty, open_transport
 from orchestrator.errors import RemoteError, UsageError
@@ -108,6 +108,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     ``Submitted.remotes`` serve ``--follow``); without it they close on return."""
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
+    slurmplan.check_hosts(loaded, hosts)
     workspace = loaded.workspace_dir
     skipped = syncmod.Skipped()
     files = syncmod.select_files(workspace, spec.workspace.exclude, skipped)
@@ -129,10 +130,10 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                 slurmcheck.cluster(host, hello)  # Slurm answers there, before its facts shape the plan
         plan = plan_for(loaded, project, remotes, hellos, job_id)
         warnings += slurmcheck.job_problems(spec, hosts, hellos, plan)  # a request the cluster can never run: raises
-        if dry_run:
-            return Submitted(plan, None, warnings)
         for warning in warnings:
             say(f"warning: {warning}")
+        if dry_run:
+            return Submitted(plan, None, warnings)
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
         pulled: set[str] = set()
@@ -207,7 +208,12 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=dict(r.host.slurm_env) if r.host.slurm else None),
                           remotes)
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
+        for host, hello in zip(hosts, hellos):
+            if host.slurm:
+                slurmcheck.cluster(host, hello)
         plan = plan_for(loaded, project, remotes, hellos, job_id)
+        for warning in slurmcheck.job_problems(loaded.spec, hosts, hellos, plan):
+            say(f"warning: {warning}")
         registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
         start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))

@@ -18,30 +18,48 @@ import dataclasses
 import posixpath
 from typing import Any
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import SpecError, UsageError
 from orchestrator.hosts import Host
 from orchestrator.slurmspec import SlurmJob
-from orchestrator.spec import JobSpec
+from orchestrator.spec import JobSpec, LoadedSpec
 from remote_payload import slurm
 
 
-def refusals(spec: JobSpec, hosts: list[Host]) -> None:
-    """``UsageError`` for what a job cannot ask of its hosts: a Slurm host with others, the
-    fields a Slurm job cannot use, ``launch.nnodes`` on one SSH box."""
+def refusal(spec: JobSpec, hosts: list[Host]) -> tuple[tuple[str, ...], str] | None:
+    """What a job cannot ask of its hosts, as (the field's key path, the message): a Slurm host
+    with others, the fields a Slurm job cannot use, ``launch.nnodes`` on SSH boxes."""
     slurm_hosts = [h.name for h in hosts if h.slurm]
     if not slurm_hosts:
         if spec.launch.nnodes not in (None, len(hosts)):
-            raise UsageError(f"launch.nnodes is {spec.launch.nnodes} but the job lists {len(hosts)} SSH host(s), one "
-                             "node each: list more hosts, or use a Slurm host (orch hosts add ... --scheduler slurm)")
-        return
+            return ("launch", "nnodes"), (
+                f"launch.nnodes is {spec.launch.nnodes} but the job lists {len(hosts)} SSH host(s), one node each: "
+                "list more hosts, or use a Slurm host (orch hosts add ... --scheduler slurm)")
+        return None
     if len(hosts) > 1:
-        raise UsageError(f"{slurm_hosts[0]} is a Slurm cluster: list it alone in hosts (launch.nnodes says how many "
-                         "of its nodes the job gets)")
-    if spec.launch.rdzv_host or spec.launch.rdzv_port:
-        raise UsageError("launch.rdzv_host/rdzv_port do not apply on Slurm: the rendezvous is on the allocation's "
-                         "first node, on a port free there")
+        return ("hosts",), (f"{slurm_hosts[0]} is a Slurm cluster: list it alone in hosts (launch.nnodes says how "
+                            "many of its nodes the job gets)")
+    for field in ("rdzv_host", "rdzv_port"):
+        if getattr(spec.launch, field):
+            return ("launch", field), (f"launch.{field} does not apply on Slurm: the rendezvous is on the "
+                                       "allocation's first node, on a port free there")
     if spec.on_finish.shutdown:
-        raise UsageError(f"on_finish.shutdown: {hosts[0].name} is a Slurm cluster, which orch never powers off")
+        return ("on_finish", "shutdown"), (f"on_finish.shutdown: {hosts[0].name} is a Slurm cluster, which orch "
+                                           "never powers off")
+    return None
+
+
+def refusals(spec: JobSpec, hosts: list[Host]) -> None:
+    """``UsageError`` (exit 2) for ``refusal``'s findings."""
+    found = refusal(spec, hosts)
+    if found:
+        raise UsageError(found[1])
+
+
+def check_hosts(loaded: LoadedSpec, hosts: list[Host]) -> None:
+    """``refusal`` as a ``SpecError`` at the field's file:line:col (``orch check``, before ``orch submit`` connects)."""
+    found = refusal(loaded.spec, hosts)
+    if found:
+        raise SpecError(f"{loaded.locate(found[0])}: {found[1]}")
 
 
 def gpus_and_nproc(spec: JobSpec, cluster: dict[str, Any], partition: str | None) -> tuple[int, int]:

@@ -29,10 +29,23 @@ class SlurmJob(BaseModel):
     partition: str | None = Field(None, pattern=SLURM_NAME, description="Overrides the host's partition.")
     account: str | None = Field(None, pattern=SLURM_NAME, description="Overrides the host's account.")
     qos: str | None = Field(None, pattern=SLURM_NAME, description="Overrides the host's QoS.")
-    requeue: bool = Field(False, description="At the time-limit warning (or preemption) checkpoint and go back to "
-                          "the queue: the next allocation continues from the checkpoint.")
+    requeue: bool = Field(False, description="At the time-limit warning checkpoint and go back to the queue: the "
+                          "next allocation continues from the checkpoint.")
     signal_before_s: int = Field(120, ge=0, le=65535, description="Seconds before the time limit at which the job "
                                  "is told to checkpoint (SIGUSR1 to orch, SIGTERM to the job); 0: no warning.")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time_text(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):  # YAML reads 1:00:00 unquoted as 3600
+            raise ValueError(f"write the time limit quoted, e.g. time: '{value}' for {value} minutes or "
+                             "time: '1:00:00' (unquoted, YAML reads 1:00:00 as the number 3600)")
+        return value
+
+    @field_validator("mem", mode="before")
+    @classmethod
+    def _mem_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value  # MB, as --mem
 
     @field_validator("time")
     @classmethod

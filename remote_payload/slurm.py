@@ -334,18 +334,21 @@ def _scancel(args: List[str], job_id: str, env: Env) -> bool:
     return True
 
 
-def signal(job_id: str, sig_name: str, batch_only: bool, env: Env = None) -> bool:
+def signal(job_id: str, sig_name: str, batch_only: bool, env: Env = None, steps_only: bool = False) -> bool:
     """Send ``sig_name`` (TERM, SIGUSR1, ...): ``batch_only``: to the batch shell alone
-    (``--batch``), else to the batch shell, its children and every step (``--full``; a plain
-    ``scancel --signal`` skips the batch shell). False when nothing of the job runs (pending
-    or ended): scancel --signal would retry a pending job for a minute or more."""
+    (``--batch``); ``steps_only``: to the processes of every step on every node, not the batch
+    shell (a plain ``scancel --signal``; signalling srun instead would kill its step at once);
+    else to the batch shell, its children and every step (``--full``). False when nothing of
+    the job runs (pending or ended): scancel --signal would retry a pending job for a minute
+    or more."""
     sig = re.sub(r"^SIG", "", sig_name.upper()) if isinstance(sig_name, str) else ""
     if sig not in _SIGNALS:
         raise ValueError("signal %r: one of %s" % (clean(sig_name, 20), ", ".join(_SIGNALS)))
     info = query(job_id, env)
     if info is None or info.state not in ("RUNNING", "SUSPENDED"):
         return False
-    return _scancel(["--signal=" + sig, "--batch" if batch_only else "--full"], job_id, env)
+    who = ["--batch"] if batch_only else [] if steps_only else ["--full"]
+    return _scancel(["--signal=" + sig] + who, job_id, env)
 
 
 def cancel(job_id: str, env: Env = None) -> None:

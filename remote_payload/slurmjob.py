@@ -127,7 +127,9 @@ def probe(job_dir: str, job: Dict[str, Any], st: Optional[Dict[str, Any]]) -> Di
     state, reason = slurm.orch_state(info, ids[-1])
     if state == PENDING or (state == RUNNING and out["state"] == PENDING):
         where = " on %s" % info.nodelist if info and info.nodelist and state == RUNNING else ""
-        return dict(out, state=PENDING, reason=reason or "starting in Slurm job %s%s" % (ids[-1], where))
+        reason = reason or "starting in Slurm job %s%s" % (ids[-1], where)
+        said = st.get("reason") if st and st.get("state") == PENDING else None  # requeued, resuming: say so too
+        return dict(out, state=PENDING, reason="%s; %s" % (said, reason) if said else reason)
     if state == RUNNING:
         return dict(out, reason=reason) if reason else out
     if state in (LOST, UNKNOWN):

@@ -7,7 +7,7 @@ endpoint as ``RDZV``, filled in here with this host's name and a port free on it
 
 Signals, as the batch script asks Slurm for them:
 - SIGUSR1 ``signal_before_s`` before the time limit (``--signal=B:USR1@N``): the warning.
-  The supervisor stops the job gracefully (SIGTERM through srun: the trainer checkpoints),
+  The supervisor stops the job gracefully (``stop_steps``: the trainer checkpoints),
   then, with ``requeue``, puts the Slurm job back in the queue (``scontrol requeue``): the
   next allocation's supervisor starts the job again and the trainer continues from that
   checkpoint. Without ``requeue`` the job ends ``failed`` naming the time limit.
@@ -58,6 +58,17 @@ def ended_by_slurm(job: Dict[str, Any]) -> Tuple[str, str]:
     if state in TERMINAL and state != SUCCEEDED:
         return state, "Slurm job %s: %s" % (job_id, reason)
     return FAILED, "stopped by Slurm with SIGTERM (time limit, preemption or scancel of job %s)" % (job_id or "?")
+
+
+def stop_steps(job: Dict[str, Any]) -> bool:
+    """SIGTERM to the job's processes on every node (every srun step; not the batch shell, which
+    is the supervisor): torchrun passes it to its workers and the trainer checkpoints. srun
+    itself must not get it: a signalled srun kills its step at once. False when Slurm could
+    not be asked (the caller then stops srun, which ends the step)."""
+    try:
+        return slurm.signal(slurm_job_id(), "TERM", batch_only=False, env=env_of(job), steps_only=True)
+    except (slurm.SlurmError, ValueError):
+        return False
 
 
 def warned_reason(job: Dict[str, Any], requeued: bool) -> str:

@@ -108,6 +108,13 @@ class Supervisor:
                              daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:
+        """SIGTERM, then SIGKILL after ``grace``. In a Slurm allocation the job's processes are
+        not this tree's (slurmstepd starts them): they get SIGTERM through Slurm first, and srun
+        is stopped only if they outlive ``grace``."""
+        if self.slurm and slurmrun.stop_steps(self.job):
+            deadline = time.time() + grace
+            while self.child is not None and self.child.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
         proctree.stop(self.job_procs(), grace)
 
     def job_procs(self) -> List[proctree.Proc]:
@@ -278,8 +285,7 @@ class Supervisor:
             else:
                 self.finish("failed", code, slurmrun.warned_reason(self.job, False))
         else:
-            self.finish("failed", code, failure.reason(self.job_dir, self.node_rank, self.job["job_id"], code,
-                                                       direct=bool(self.node.get("direct"))))
+            self.finish("failed", code, self.failure_reason(code))
         late = threading.Thread(target=self.record_late, name="orch-repro-late")  # not a daemon: it is kept
         late.start()
         if (self.job.get("on_finish") or {}).get("shutdown"):
@@ -287,6 +293,14 @@ class Supervisor:
         onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
         late.join()
         return 0
+
+    def failure_reason(self, code: int) -> str:
+        """The failure line from this node's log; in a Slurm allocation (every node's log is in
+        this job folder) from the first node whose log explains more than the exit code."""
+        nodes = range(len(self.job["nodes"])) if self.slurm else [self.node_rank]
+        reasons = [failure.reason(self.job_dir, n, self.job["job_id"], code, direct=bool(self.node.get("direct")))
+                   for n in nodes]
+        return next((r for r in reasons if not r.startswith("job exited with code")), reasons[0])
 
     def start_background(self) -> None:
         """Once the job runs: record the environment (after setup: what the job runs with) and

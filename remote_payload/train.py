@@ -13,6 +13,9 @@ Read top to bottom: `train` = `trainsetup.setup` (seed, precision, model, data, 
 DDP/FSDP, optimizer) → `micro_batches` / `train_step` per optimizer step → `Book` (report,
 evaluate, save on their schedules) → `finish` (final save and eval, export). Each piece takes the
 `Run` and can be called on its own.
+
+Test hook: ``ORCH_TEST_STEP_DELAY_S`` sleeps that long after each step (it changes no number),
+so a tiny model's run lasts long enough for a signal to arrive mid-run.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import math
 import os
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -262,11 +266,14 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     book = Book(run)
     log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
              run.total_steps, run.steps_per_epoch, cfg.grad_accum, cfg.batch_size)
+    slow = float(os.environ.get("ORCH_TEST_STEP_DELAY_S") or 0)  # tests: a long run from a tiny model
     for micro in micro_batches(run):
         lr, grad_norm, stopping = train_step(run, micro, book.interval, stop)
         if stopping:  # the step is taken; checkpoint it without reporting, evaluating or exporting
             return finish(run, book, stop)
         book.after_step(lr, grad_norm)
+        if slow:
+            time.sleep(slow)
     return finish(run, book, None)
 
 

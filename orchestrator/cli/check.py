@@ -12,6 +12,7 @@ from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import RemoteError
 from orchestrator.hosts import Host
 from orchestrator.preflight import Needs, blockers, preflight, table
+from orchestrator.slurmplan import check_hosts
 from orchestrator.spec import JobSpec, load_spec
 
 
@@ -45,6 +46,7 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     hosts = [h if isinstance(h, str) else h.name for h in loaded.spec.hosts]
     resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
     laptop_checks(loaded)
+    check_hosts(loaded, resolved)
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
     if remote:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
@@ -139,8 +140,11 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
                     idle_shutdown_minutes=idle_shutdown_minutes, scheduler=scheduler, partition=partition,
                     account=account, qos=qos, slurm_env={k: v for k, _, v in env_pairs},
                     **fields)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise UsageError(f"invalid host: {exc}") from None
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"invalid host: {where + ': ' if where else ''}{message}") from None
     if old is not None and old.host_key:
         host = host.model_copy(update={"host_key": _kept_key(app, old, host, keep_key, trust)})
     if trust or install_key:

@@ -81,6 +81,8 @@ def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgr
             return recorded
     nodes = status.get("nodes")
     count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
+    if len(record.hosts) == 1 and isinstance(status.get("log_nodes"), int) and 0 < status["log_nodes"] <= 10_000:
+        count = status["log_nodes"]  # a Slurm job: the nodes of its allocation
     progress = row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
     if terminal:
         app.registry.record_final(record.job_id, state, asdict(progress))

@@ -8,7 +8,7 @@ worth reading but do not stop anything.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
@@ -39,7 +39,7 @@ class Needs:
     nproc: int | None = None        # an explicit nproc_per_node; None for auto
     torch: bool = False             # the built-in trainer, or a command with no setup step
     job: str = ""
-    spec: JobSpec | None = None     # the job itself: a Slurm cluster is asked whether it can ever run it
+    spec: JobSpec | None = field(default=None, compare=False)  # the job: can a Slurm cluster ever run it?
 
     @classmethod
     def of(cls, spec: JobSpec) -> "Needs":

@@ -18,6 +18,7 @@ folder (on the filesystem the compute nodes share), then returns. Contracts:
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from typing import Any, Dict, List, Optional
 
@@ -31,6 +32,7 @@ from remote_payload.protocol import (CANCELLED, FAILED, LOST, PENDING, RUNNING, 
 RECORD = "slurm.json"
 SCRIPT = "slurm.sh"
 CANCEL_MARK = "cancel.requested"
+CLIENTS = ("sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")  # srun runs in the allocation
 FRESH_S = 10.0  # a running supervisor's heartbeat (every 2 s) younger than this: Slurm is not asked
 STALE_S = 60.0  # a status.json heartbeat older than this is not taken as "running" when Slurm cannot answer
 
@@ -51,7 +53,11 @@ def slurm_ids(job_dir: str) -> List[str]:
 
 def host_facts(env: Dict[str, str], root: str) -> Dict[str, Any]:
     """For ``hello``: the cluster (``slurm.cluster_facts``) and the filesystem type of the
-    root; ``{"problem": ...}`` when Slurm cannot be asked."""
+    root; ``{"problem": ...}`` when a client orch uses is missing or Slurm cannot be asked."""
+    path = dict(os.environ, **env).get("PATH", os.defpath)
+    missing = [c for c in CLIENTS if shutil.which(c, path=path) is None]
+    if missing:
+        return {"problem": "%s not found on PATH: is this a Slurm login node?" % ", ".join(missing)}
     try:
         facts = slurm.cluster_facts(env)
     except slurm.SlurmError as exc:

@@ -325,3 +325,18 @@ def test_follow_through_a_dropped_login_connection_misses_and_repeats_no_line(
     for node in (0, 1):
         assert ticks(out, node) == [f"tick {i:04d}" for i in range(150)], (node, out[-2000:])
     assert orch.json("status", job)["state"] == "succeeded"
+
+
+def test_a_login_node_without_all_of_slurms_clients_is_named_before_anything_is_sent(
+        slurm: SlurmCluster, tmp_path: Path) -> None:
+    """hello's cluster facts: every client orch runs is looked for; the missing ones are named."""
+    from remote_payload import slurmjob
+
+    found = slurmjob.host_facts(slurm.env, str(tmp_path))
+    assert found["partitions"]["debug"]["max_gpus_per_node"] == 2 and "problem" not in found
+    partial = tmp_path / "bin"
+    partial.mkdir()
+    for client in ("sbatch", "sinfo", "squeue", "scontrol"):
+        (partial / client).symlink_to(shutil.which(client))
+    said = slurmjob.host_facts({**slurm.env, "PATH": str(partial)}, str(tmp_path))
+    assert said == {"problem": "srun, scancel not found on PATH: is this a Slurm login node?"}

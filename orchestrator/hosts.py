@@ -83,6 +83,11 @@ class Host(BaseModel):
         return self.scheduler == "slurm"
 
     @property
+    def hello_slurm(self) -> dict[str, str] | None:
+        """``hello``'s ``slurm`` argument: the env for Slurm's commands on a Slurm host, else None."""
+        return dict(self.slurm_env) if self.slurm else None
+
+    @property
     def target(self) -> str:
         return "this machine" if self.kind == "local" else f"{self.user}@{self.address}:{self.port}"
 

@@ -89,6 +89,18 @@ def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
     say(f"every node reaches the rendezvous {endpoint}")
 
 
+def checked_plan(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
+                 job_id: str) -> tuple[Plan, list[str]]:
+    """``plan_for`` with a Slurm host's checks: Slurm answers there (before its facts shape the
+    plan), and the cluster can ever run the request (``slurmcheck``; both raise); returns the
+    plan and the warnings to say."""
+    for remote, hello in zip(remotes, hellos):
+        if remote.host.slurm:
+            slurmcheck.cluster(remote.host, hello)
+    plan = plan_for(loaded, project, remotes, hellos, job_id)
+    return plan, slurmcheck.job_problems(loaded.spec, [r.host for r in remotes], hellos, plan)
+
+
 def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
              job_id: str) -> Plan:
     """The plan from each node's ``hello``; a multi-node job without ``rdzv_port`` gets a
@@ -125,11 +137,8 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         key = submission_key(loaded, hosts)
         earlier = registry.unconfirmed(key)
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
-        for host, hello in zip(hosts, hellos):
-            if host.slurm:
-                slurmcheck.cluster(host, hello)  # Slurm answers there, before its facts shape the plan
-        plan = plan_for(loaded, project, remotes, hellos, job_id)
-        warnings += slurmcheck.job_problems(spec, hosts, hellos, plan)  # a request the cluster can never run: raises
+        plan, cluster_warnings = checked_plan(loaded, project, remotes, hellos, job_id)
+        warnings += cluster_warnings
         for warning in warnings:
             say(f"warning: {warning}")
         if dry_run:
@@ -205,14 +214,10 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
         project = syncmod.project_name(loaded.workspace_dir)
-        hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=dict(r.host.slurm_env) if r.host.slurm else None),
-                          remotes)
+        hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
-        for host, hello in zip(hosts, hellos):
-            if host.slurm:
-                slurmcheck.cluster(host, hello)
-        plan = plan_for(loaded, project, remotes, hellos, job_id)
-        for warning in slurmcheck.job_problems(loaded.spec, hosts, hellos, plan):
+        plan, warnings = checked_plan(loaded, project, remotes, hellos, job_id)
+        for warning in warnings:
             say(f"warning: {warning}")
         registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
         start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)

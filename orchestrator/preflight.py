@@ -176,7 +176,7 @@ def preflight(host: Host, inventory: Inventory, needs: Needs) -> list[Row]:
         if host.slurm:
             from orchestrator import slurmcheck  # it builds on this module's rows
 
-            said = Remote(host, transport).call("hello", slurm=dict(host.slurm_env)).get("slurm")
+            said = Remote(host, transport).call("hello", slurm=host.hello_slurm).get("slurm")
             cluster = slurmcheck.preflight_rows(host, said, needs.spec)
     skew = float(facts.get("time") or arrived) - arrived if isinstance(facts, dict) else 0.0
     return judge(facts if isinstance(facts, dict) else {}, skew, needs, cluster)

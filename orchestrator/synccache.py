@@ -54,8 +54,8 @@ def hello(remote: "Remote", project: str, gpus: bool = False) -> dict[str, Any]:
     them or the laptop held them; what the server sent is kept for next time. A Slurm host's
     reply also describes the cluster (``slurm``)."""
     held = load(remote.host, project)
-    slurm = dict(remote.host.slurm_env) if remote.host.slurm else None
-    reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None, slurm=slurm)
+    reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None,
+                        slurm=remote.host.hello_slurm)
     state = _checked(remote.host, project, reply.get("sync"))
     generation = state.get("generation")
     if state.get("same"):

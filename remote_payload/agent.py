@@ -119,7 +119,6 @@ class Agent:
             return {"job_id": job_id, "state": "unknown", "reason": "no such job on this host"}
         st = read_status(os.path.join(d, "status.json"))
         job = self.slurm_job(d)
-        on_slurm = job is not None
         if job is not None:  # the supervisor runs in an allocation: Slurm says whether it lives
             st = dict(slurmjob.probe(d, job, st), job_id=job_id)
         elif not isinstance(st, dict) or "state" not in st:
@@ -129,7 +128,7 @@ class Agent:
             return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
         else:
             st["job_id"] = job_id
-        if st["state"] == "unknown" or on_slurm:  # broken status.json: say so, decide nothing from it
+        if st["state"] == "unknown" or job is not None:  # broken status.json: say so, decide nothing from it
             pass
         elif st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
             pass  # resumed: the new supervisor is starting

@@ -143,6 +143,12 @@ class Registry:
                 (state, json.dumps(detail), time.time(), job_id),
             )
 
+    def move(self, job_id: str, hosts: list[str], job_dir: str, detail: dict[str, Any]) -> None:
+        """The job now lives on ``hosts`` in ``job_dir`` (``orch resume --on``), pending there."""
+        with closing(self._connect()) as db, db:
+            db.execute("UPDATE jobs SET hosts=?, job_dir=?, state=?, detail=?, updated=? WHERE job_id=?",
+                       (json.dumps(hosts), job_dir, "pending", json.dumps(detail), time.time(), job_id))
+
     def record_final(self, job_id: str, state: str, row: dict[str, Any]) -> bool:
         """Keep ``row`` (JSON-able) as the final status row of a job recorded as terminal
         ``state``; nothing when its state is another by now. True when it was recorded."""

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload import proctree, repro, slurmjob, workspace
+from remote_payload import movejob, proctree, repro, slurmjob, workspace
 from remote_payload.common import (CODE_DIR, SNAPSHOT, atomic_write_json, boot_id, build_manifest, pid_alive, read_json,
                                    snapshot_record)
 from remote_payload.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
@@ -32,10 +32,14 @@ class Agent:
     def __init__(self, root: str, payload_dir: str) -> None:
         self.root, self.payload_dir = root, payload_dir
 
-    def job_dir(self, job_id: str) -> str:
-        if not job_id or "/" in job_id or job_id.startswith("."):
+    def job_id(self, job_id: str) -> str:
+        """``job_id`` if it can name a folder under ``jobs/``; else ``AgentError``."""
+        if not job_id or "/" in job_id or job_id.startswith(".") or "\x00" in job_id:
             raise AgentError("bad job id %r" % job_id)
-        return os.path.join(self.root, "jobs", job_id)
+        return job_id
+
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.root, "jobs", self.job_id(job_id))
 
     # -- facts and sync -------------------------------------------------------------
     def hello(self, project: Optional[str] = None, gpus: bool = False, known: Optional[str] = None,
@@ -92,6 +96,25 @@ class Agent:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"existing": True, "status": self.probe(job["job_id"])}
+        if job.get("slurm"):
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
+        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+
+    def move_list(self, job_id: str) -> Dict[str, Any]:
+        """What moving the job carries (``movejob.listing``), with its state here."""
+        d = self.job_dir(job_id)
+        if not os.path.isdir(d):
+            raise AgentError("job %s is not on this host" % job_id)
+        return dict(movejob.listing(d), state=self.probe(job_id)["state"])
+
+    def adopt(self, request: Dict[str, Any], files: List[Dict[str, Any]], moved: Dict[str, Any]) -> Dict[str, Any]:
+        """A moved job: its staged files become ``jobs/<id>`` (``movejob.adopt``) with
+        ``request``'s job.json, then it starts as ``launch`` starts one. Idempotent."""
+        job = request["job"]
+        final = self.job_dir(job["job_id"])
+        if os.path.exists(final):
+            return {"existing": True, "status": self.probe(job["job_id"])}
+        movejob.adopt(self.root, job["job_id"], final, files, job, request.get("train"), moved)
         if job.get("slurm"):
             return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
         return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}

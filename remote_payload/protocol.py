@@ -136,6 +136,17 @@ REQUESTS: Dict[str, Request] = {
     "tcp_check": Request({"host": (str, REQUIRED), "port": (int, REQUIRED)},
                          {"ok": (bool, REQUIRED), "reason": (str, OPT), "seconds": (NUMBER, OPT)}),
     "preflight": Request({"torch_timeout": (NUMBER, 60.0)}, {"root": (str, REQUIRED)}),
+    # moving a job (orch resume --on; movejob.py): the source's listing, the target's staging
+    "move_list": Request(JOB, {"files": (list, REQUIRED), "checkpoint": ((str, NONE), REQUIRED),
+                               "links": (list, REQUIRED), "outside": (list, REQUIRED), "attempt": (int, REQUIRED),
+                               "state": (str, REQUIRED)}),
+    "move_have": Request(JOB, {"exists": (bool, REQUIRED), "files": (dict, REQUIRED), "parts": (dict, REQUIRED),
+                               "free": (int, REQUIRED)}),
+    "move_receive": Request({"job": (str, REQUIRED), "files": (list, REQUIRED)},
+                            {"written": (int, REQUIRED), "bytes": (int, REQUIRED)}, reads=True),
+    "adopt": Request({"request": (dict, REQUIRED), "files": (list, REQUIRED), "moved": (dict, REQUIRED)},
+                     {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT), "job_dir": (str, OPT),
+                      "slurm_job": (str, OPT)}, locked=True, statuses="status"),
 }
 
 

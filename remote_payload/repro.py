@@ -130,7 +130,8 @@ def write_submission(folder: str, repro: Dict[str, Any]) -> None:
 
 
 def show(job_dir: str) -> Dict[str, Any]:
-    """What was recorded about a job: spec, git state, environment, pip freeze."""
+    """What was recorded about a job: spec, git state, environment, pip freeze, the hosts it
+    moved between."""
     repro = os.path.join(job_dir, "repro")
 
     def text(name: str, limit: int = 1 << 20) -> Optional[str]:
@@ -144,4 +145,5 @@ def show(job_dir: str) -> Dict[str, Any]:
             "spec_resolved": read_json(os.path.join(repro, "spec.resolved.json")),
             "git": read_json(os.path.join(repro, "git.json")),
             "environment": read_json(os.path.join(repro, "environment.json")),
-            "pip_freeze": text("pip-freeze.txt")}
+            "pip_freeze": text("pip-freeze.txt"),
+            "moves": read_json(os.path.join(job_dir, "moves.json")) or []}  # orch resume --on: movejob.HISTORY

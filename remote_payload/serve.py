@@ -17,7 +17,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, Optional
 
-from remote_payload import lease, netcheck, onfinish, protocol, repro, streams, workspace
+from remote_payload import lease, movejob, netcheck, onfinish, protocol, repro, streams, workspace
 from remote_payload.agent import Agent, AgentError
 from remote_payload.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 
@@ -150,6 +150,10 @@ HANDLERS: Dict[str, Handler] = {
     "listen": _listen,
     "tcp_check": lambda agent, a, inp, out: netcheck.tcp_check(a["host"], a["port"]),
     "preflight": _preflight,
+    "move_list": lambda agent, a, inp, out: agent.move_list(a["job"]),
+    "move_have": lambda agent, a, inp, out: movejob.have(agent.root, agent.job_id(a["job"]), agent.job_dir(a["job"])),
+    "move_receive": lambda agent, a, inp, out: movejob.receive(agent.root, agent.job_id(a["job"]), a["files"], inp),
+    "adopt": lambda agent, a, inp, out: agent.adopt(a["request"], a["files"], a["moved"]),
 }
 assert set(HANDLERS) == set(protocol.REQUESTS), "every request has exactly one handler"
 
@@ -164,7 +168,7 @@ def handle(agent: Agent, op: str, raw_args: Any, inp: Input, out: Output) -> Dic
             held = lease.acquire(os.path.join(agent.root, ".lock"), op + " jobs", stall_s=LOCK_WAIT_S,
                                  max_wait_s=LOCK_WAIT_S)
         return HANDLERS[op](agent, args, inp, out)
-    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy) as exc:
+    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy, movejob.MoveError) as exc:
         return {"error": str(exc)}
     except ProtocolError as exc:
         if inp.ended:  # a bad request, read whole: the session can go on

@@ -184,10 +184,15 @@ class Book:
         self.peak_flops = metrics.device_peak_flops(run.info.device) if run.amp_dtype else None
         self.flops_per_token = metrics.flops_per_token(run.n_total, run.n_trainable)
 
+    def report_due(self, lr: float, grad_norm: torch.Tensor) -> None:
+        """Report the step when the schedule says so (a collective: every rank calls it)."""
+        step = self.run.progress.step
+        if step % self.run.cfg.log_every == 0 or step == self.run.total_steps:
+            self.report(lr, grad_norm)
+
     def after_step(self, lr: float, grad_norm: torch.Tensor) -> None:
         cfg, step, last = self.run.cfg, self.run.progress.step, self.run.progress.step == self.run.total_steps
-        if step % cfg.log_every == 0 or last:
-            self.report(lr, grad_norm)
+        self.report_due(lr, grad_norm)
         if self.run.eval_set and (step % cfg.eval_every == 0 or last):
             self.evaluate()
         if step % cfg.save_every == 0 or last:
@@ -269,7 +274,8 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     slow = float(os.environ.get("ORCH_TEST_STEP_DELAY_S") or 0)  # tests: a long run from a tiny model
     for micro in micro_batches(run):
         lr, grad_norm, stopping = train_step(run, micro, book.interval, stop)
-        if stopping:  # the step is taken; checkpoint it without reporting, evaluating or exporting
+        if stopping:  # the step is taken: report it when due and checkpoint it; no evaluation or export
+            book.report_due(lr, grad_norm)
             return finish(run, book, stop)
         book.after_step(lr, grad_norm)
         if slow:

@@ -65,7 +65,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "ls": ("status", "List all jobs (same as `orch status`)."),
     "plot": ("plot", "Draw loss (train and eval), lr and tokens/s against step into a PNG."),
     "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
-    "resume": ("resume", "Relaunch a failed, lost or cancelled job in its own folder; the built-in trainer "
+    "resume": ("resume", "Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in trainer "
                          "continues from its latest complete checkpoint."),
     "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),
     "show": ("show", "What a job ran with: its spec as written, the git commit and diff of the workspace, the "

@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.logs import follow_to_end
-from orchestrator.jobs import resume
 
 
 @click.command("resume")
 @click.argument("job")
+@click.option("--on", "on", multiple=True, metavar="HOST",
+              help="Continue on this inventory host instead (once per node); the job keeps its id.")
+@click.option("--from", "runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="With --on: where orch fetch --watch kept the job's copy, used when its hosts are gone.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
 @pass_app
-def resume_cmd(app: App, job: str, follow: bool) -> None:
-    """Relaunch a failed, lost or cancelled job in its own folder; the built-in trainer
-    continues from its latest complete checkpoint.
+def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, follow: bool) -> None:
+    """Relaunch a failed, lost or cancelled job; the built-in trainer continues from its
+    latest complete checkpoint. With --on, the job moves to another host first: its code,
+    spec, latest checkpoint, metrics and logs are copied there (through this laptop,
+    sha256-checked; from the laptop's watched copy when its server is gone).
 
     \b
-    Example:
+    Examples:
       orch resume gpt2-lora-20261129-101500-1a2b --follow
+      orch resume gpt2-lora --on box2 --follow
     """
     record = app.registry.get(job)
-    resume(record, app.inventory, app.registry)
-    app.say(f"resumed {record.job_id}")
+    if on:
+        from orchestrator.connect import ask_on_tty
+        from orchestrator.move import move
+
+        move(record, list(on), app.inventory, app.registry, runs=runs, say=app.say, trust=ask_on_tty)
+        record = app.registry.get(record.job_id)
+    else:
+        from orchestrator.jobs import resume
+
+        resume(record, app.inventory, app.registry)
+        app.say(f"resumed {record.job_id}")
     if follow and follow_to_end(app, record)["state"] != "succeeded":
         raise SystemExit(1)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
 from orchestrator.cli.app import App, pass_app
@@ -37,6 +39,7 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     freeze = shown.get("pip_freeze") or ""
     lines = [
         f"job:      {record.job_id} ({shown.get('status', {}).get('state')}) on {', '.join(record.hosts)}",
+        *ran_on(shown.get("moves")),
         f"python:   {env.get('python', '?')} ({env.get('executable', '?')})",
         f"torch:    {env.get('torch', '?')}  cuda: {env.get('cuda')}  cuda available: {env.get('cuda_available')}",
         "gpus:     " + ("; ".join(env.get("gpus") or []) or "none"),
@@ -51,6 +54,20 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     if pip:
         lines += ["--- pip freeze", freeze.rstrip()]
     click.echo(clean("\n".join(lines)))
+
+
+def ran_on(moves: object) -> list[str]:
+    """``hosts:`` lines from the job's moves (``orch resume --on``; untrusted server text)."""
+    if not isinstance(moves, list) or not moves:
+        return []
+    steps = [m for m in moves if isinstance(m, dict)][-20:]
+    hosts = [str(steps[0].get("from", "?"))] + [str(m.get("to", "?")) for m in steps]
+    lines = ["hosts:    " + " → ".join(hosts)]
+    for m in steps:
+        when = datetime.fromtimestamp(m["at"]).strftime("%Y-%m-%d %H:%M") if isinstance(m.get("at"), (int, float)) else "?"
+        lines.append(f"  moved {when}: {m.get('from')} → {m.get('to')} from {m.get('checkpoint') or 'no checkpoint'} "
+                     f"(via {m.get('via')})")
+    return lines
 
 
 @click.command("rerun")

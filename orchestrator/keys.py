@@ -105,6 +105,30 @@ def install_key(transport: Transport, host: Host, public_line: str) -> str:
     return words[-1] if words else "added"
 
 
+REMOVE_SCRIPT = r"""
+import os, sys
+key = sys.argv[1].split()[:2]
+path = os.path.expanduser("~/.ssh/authorized_keys")
+with open(path) as f:
+    lines = f.read().splitlines(True)
+kept = [l for l in lines if l.split()[:2] != key]
+if len(kept) != len(lines):
+    tmp = path + ".orch-tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.chmod(tmp, os.stat(path).st_mode & 0o777)
+    os.replace(tmp, path)
+print("removed" if len(kept) != len(lines) else "absent")
+"""
+
+
+def remove_key(transport: Transport, host: Host, public_line: str) -> None:
+    """Take ``public_line``'s key out of the login user's authorized_keys (each line holding it)."""
+    result = transport.run([host.python, "-c", REMOVE_SCRIPT, public_line], timeout=60)
+    if not result.ok:
+        raise CommandFailed(result, f"removing the temporary key from {host.name}")
+
+
 def key_line_problem(line: str) -> str | None:
     """What is wrong with a pinned host key line (``<type> <base64>``), or None when it is
     well formed: a known type, strict base64, and a blob that is exactly the type name and

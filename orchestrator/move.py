@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from orchestrator import movekit, slurmcheck, slurmplan
+from orchestrator import movedirect, movekit, slurmcheck, slurmplan
 from orchestrator import sync as syncmod
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
@@ -147,12 +147,9 @@ def open_source(record: JobRecord, inventory: Inventory, runs: Path, stack: Exit
     return KitSource(run_dir, kit)
 
 
-def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dict[str, Any]], say: Say) -> int:
-    """Bring ``files`` (of source node ``node``) to ``target``'s staging folder; what is
-    there already verified is not sent again, a partial file continues. Returns bytes sent."""
-    have = target.call("move_have", job=job_id)
-    if have["exists"]:
-        return 0
+def todo_for(have: dict[str, Any], files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``send`` requests for what the target lacks: a verified file is not sent again,
+    a partial one continues from its size."""
     todo = []
     for f in files:
         if have["files"].get(f["path"]) == f["sha256"]:
@@ -160,17 +157,37 @@ def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dic
         offset = have["parts"].get(f["path"], 0)
         todo.append({"path": f["path"], "offset": offset if isinstance(offset, int) and 0 <= offset <= f["size"] else 0,
                      "size": f["size"]})
+    return todo
+
+
+def expected(files: list[dict[str, Any]], todo: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    wanted = {t["path"] for t in todo}
+    return [{k: f[k] for k in ("path", "size", "sha256", "mtime_ns")} for f in files if f["path"] in wanted]
+
+
+def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dict[str, Any]], say: Say,
+         direct: bool) -> int:
+    """Bring ``files`` (of source node ``node``) to ``target``'s staging folder, through this
+    laptop or (``direct``) pulled by the target itself; returns the bytes that had to move."""
+    have = target.call("move_have", job=job_id)
+    if have["exists"]:
+        return 0
+    todo = todo_for(have, files)
     need = sum(t["size"] - t["offset"] for t in todo)
     if need > have["free"]:
         raise UsageError(f"{target.host.name} has {have['free'] / 2**30:.1f} GB free under its root; the move needs "
                          f"{need / 2**30:.1f} GB more")
     if not todo:
         return 0
+    if direct:
+        assert isinstance(source, HostSource)
+        say(f"{target.host.name}: copying {len(todo)} file(s), {need / 2**20:.1f} MB directly from "
+            f"{source.remotes[node].host.name}")  # type: ignore[union-attr]
+        movedirect.pull(source.remotes[node], target, job_id, expected(files, todo), todo)  # type: ignore[arg-type]
+        return need
     say(f"{target.host.name}: copying {len(todo)} file(s), {need / 2**20:.1f} MB from {source.name} "
-        "(through this laptop; run the same command again to continue a cut transfer)")
-    wanted = {t["path"] for t in todo}
-    proc = target.start("move_receive", job=job_id,
-                        files=[{k: f[k] for k in ("path", "size", "sha256", "mtime_ns")} for f in files if f["path"] in wanted])
+        "(through this laptop)")
+    proc = target.start("move_receive", job=job_id, files=expected(files, todo))
     for chunk in source.stream(node, todo):
         proc.write(chunk)
     proc.close_stdin()
@@ -179,8 +196,10 @@ def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dic
 
 
 def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Registry, *, runs: Path, say: Say,
-         trust: Callable[[str], bool] = never) -> Plan:
-    """Move the job to the hosts named ``on`` (one per node it ran on) and start it there."""
+         trust: Callable[[str], bool] = never, direct: bool | None = None) -> Plan:
+    """Move the job to the hosts named ``on`` (one per node it ran on) and start it there.
+    ``direct``: True lets each target pull from the source itself where it can reach it
+    over SSH, False never, None asks at a terminal (``movedirect.choose``)."""
     if len(on) != len(record.hosts):
         raise UsageError(f"{record.job_id} ran on {len(record.hosts)} node(s) ({', '.join(record.hosts)}): give "
                          f"--on once per node")
@@ -213,17 +232,20 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
         started = time.monotonic()
         per_node = [gathered.files if i == 0 else [f for f in gathered.files if not f["path"].startswith(
             ("checkpoints/", "outputs/"))] for i in range(len(remotes))]  # other nodes: the trainer fans it out
-        sent = 0
+        sent, ways = 0, set()
         try:
             for i, remote in enumerate(remotes):
                 for node in sorted({f["node"] for f in per_node[i]}):
-                    sent += copy(source, node, remote, record.job_id, [f for f in per_node[i] if f["node"] == node], say)
+                    pull = isinstance(source, HostSource) and movedirect.choose(source.remotes[node], remote, direct, say)
+                    sent += copy(source, node, remote, record.job_id, [f for f in per_node[i] if f["node"] == node], say,
+                                 pull)
+                    ways.add("directly between the servers" if pull else f"through the laptop from {source.name}")
         except (HostError, RemoteError) as exc:
             kind = HostError if isinstance(exc, HostError) else RemoteError
             raise kind(f"{str(exc).rstrip(': ')}. The move stopped; what arrived is kept: run the same command "
                        "again to continue") from None
         moved = {"from": ", ".join(record.hosts), "to": ", ".join(on), "checkpoint": gathered.checkpoint,
-                 "attempt": gathered.attempt, "via": source.name}
+                 "attempt": gathered.attempt, "via": ", ".join(sorted(ways)) or "nothing to copy"}
 
         def adopt(i: int) -> dict[str, Any]:
             request = {"job": plan.job_json(), "train": plan.train, "node_rank": i, "project": project}

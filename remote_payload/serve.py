@@ -17,7 +17,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, Optional
 
-from remote_payload import lease, movejob, netcheck, onfinish, protocol, repro, streams, workspace
+from remote_payload import lease, movejob, movepull, netcheck, onfinish, protocol, repro, streams, workspace
 from remote_payload.agent import Agent, AgentError
 from remote_payload.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 
@@ -153,6 +153,10 @@ HANDLERS: Dict[str, Handler] = {
     "move_list": lambda agent, a, inp, out: agent.move_list(a["job"]),
     "move_have": lambda agent, a, inp, out: movejob.have(agent.root, agent.job_id(a["job"]), agent.job_dir(a["job"])),
     "move_receive": lambda agent, a, inp, out: movejob.receive(agent.root, agent.job_id(a["job"]), a["files"], inp),
+    "move_key": lambda agent, a, inp, out: movepull.make_key(agent.root, agent.job_id(a["job"])),
+    "move_pull": lambda agent, a, inp, out: movepull.pull(
+        agent.root, agent.job_id(a["job"]), a["key"], a["address"], a["port"], a["user"], a["host_key"], a["command"],
+        a["files"], a["requests"]),
     "adopt": lambda agent, a, inp, out: agent.adopt(a["request"], a["files"], a["moved"]),
 }
 assert set(HANDLERS) == set(protocol.REQUESTS), "every request has exactly one handler"

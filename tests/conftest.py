@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +44,28 @@ def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with patch.dict(os.environ, {"ORCH_HOME": str(home), "ORCH_HOLD_IDLE_S": HOLD_IDLE_S}):
         yield home
         stop_holders(home)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stale_shell_locks() -> Iterator[None]:
+    """Machine hygiene, not orch behaviour: where pyenv sets up login shells, a shell killed by
+    a test's cut link can leave pyenv's rehash lock behind, and every later ``bash -l`` (each
+    helper start) then waits 60 s for it. A lock older than 15 s has no live holder: remove it."""
+    lock = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "shims" / ".pyenv-shim"
+    done = threading.Event()
+
+    def sweep() -> None:
+        while not done.wait(2.0):
+            try:
+                if time.time() - lock.stat().st_mtime > 15:
+                    lock.unlink()
+            except OSError:
+                pass
+
+    sweeper = threading.Thread(target=sweep, daemon=True)
+    sweeper.start()
+    yield
+    done.set()
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,13 @@ from orchestrator.cli.logs import follow_to_end
               help="Continue on this inventory host instead (once per node); the job keeps its id.")
 @click.option("--from", "runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="With --on: where orch fetch --watch kept the job's copy, used when its hosts are gone.")
+@click.option("--direct/--through-laptop", "direct", default=None,
+              help="With --on: let the new host copy from the old one itself over SSH (a temporary key of its own "
+                   "goes into the old host's authorized_keys and is removed after), or never. Default: ask at a "
+                   "terminal when it can, else through this laptop.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
 @pass_app
-def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, follow: bool) -> None:
+def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool | None, follow: bool) -> None:
     """Relaunch a failed, lost or cancelled job; the built-in trainer continues from its
     latest complete checkpoint. With --on, the job moves to another host first: its code,
     spec, latest checkpoint, metrics and logs are copied there (through this laptop,
@@ -34,7 +38,7 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, follow: bool
         from orchestrator.connect import ask_on_tty
         from orchestrator.move import move
 
-        move(record, list(on), app.inventory, app.registry, runs=runs, say=app.say, trust=ask_on_tty)
+        move(record, list(on), app.inventory, app.registry, runs=runs, say=app.say, trust=ask_on_tty, direct=direct)
         record = app.registry.get(record.job_id)
     else:
         from orchestrator.jobs import resume

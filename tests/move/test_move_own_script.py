@@ -72,3 +72,28 @@ def test_an_own_script_moves_with_its_files_through_a_cut_link(orch: Orch, flaky
     assert json.loads((old_dir / "status.json").read_text())["state"] == "cancelled"
     orch("fetch", job)
     assert (orch.cwd / "runs" / job / "outputs" / "done.txt").read_text() == "40"
+
+
+def test_a_direct_copy_between_servers_asks_first_and_leaves_no_key(orch: Orch, box: str, box2: str) -> None:
+    (orch.cwd / "ws").mkdir()
+    (orch.cwd / "ws" / "count.py").write_text(COUNTER)
+    spec = orch.cwd / "count.yaml"
+    spec.write_text(f"name: count\nhosts: [{box}]\nworkspace: {{path: ws}}\n"
+                    "launch: {nproc_per_node: 1, command: [python, count.py]}\n")
+    job = json.loads(orch("submit", str(spec), "--json").stdout)["job_id"]
+    old_dir = orch.remote_root / "jobs" / job
+    wait_for(lambda: (old_dir / "code" / "state.json").exists() and
+             json.loads((old_dir / "code" / "state.json").read_text() or '{"n": 0}')["n"] >= 3, "a few ticks")
+    orch("cancel", job)
+    authorized = Path.home() / ".ssh" / "authorized_keys"
+    before = authorized.read_text() if authorized.exists() else ""
+
+    out = orch("resume", job, "--on", box2, "--direct", "--follow", timeout=300)
+    assert f"{box2}: copying 8 file(s)" in out.stderr and f"directly from {box}" in out.stderr
+    new_dir = orch.remote_root / "box2" / "jobs" / job
+    assert (new_dir / "code" / "outputs" / "done.txt").read_text() == "40"
+    assert sha(new_dir / "code" / "outputs" / "blob.bin") == sha(old_dir / "code" / "outputs" / "blob.bin")
+    after = authorized.read_text() if authorized.exists() else ""
+    assert "orch-move" not in after and after == before  # the temporary key is gone again
+    assert not any((orch.remote_root / "box2" / ".orch-move-keys").iterdir())
+    assert "directly between the servers" in orch("show", job).stdout

@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 
 import torch
-from conftest import adapter, steps_logged, trainer_spec, wait_for
-
 from tests.conftest import Orch
+from tests.movehelp import adapter, steps_logged, trainer_spec, wait_for
 
 
 def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2: str, tiny_assets: Path) -> None:

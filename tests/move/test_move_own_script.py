@@ -8,10 +8,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from conftest import wait_for
-
 from tests.conftest import Orch
 from tests.faults.proxy import FaultProxy
+from tests.movehelp import wait_for
 
 COUNTER = """\
 import json, os, pathlib, time

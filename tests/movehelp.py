@@ -1,0 +1,53 @@
+"""Helpers of the move tests (tests/move, tests/slurm): a tiny trainer job that checkpoints
+often and can be slowed down, waiting on a condition, and reading what a run left."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import Orch
+
+
+def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float = 0.0, steps: int = 12) -> Path:
+    """A LoRA job of the tiny GPT-2 (fp32, no dropout: exact) checkpointing every 3 steps;
+    ``delay`` seconds after each step (the trainer's test hook; no number changes)."""
+    ws = orch.cwd / "ws"
+    if not ws.exists():
+        shutil.copytree(assets, ws / "assets")
+        config = ws / "assets" / "tiny-gpt2" / "config.json"
+        cfg = json.loads(config.read_text())
+        cfg.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        config.write_text(json.dumps(cfg))
+    spec = orch.cwd / f"{name}.yaml"
+    spec.write_text(json.dumps({
+        "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": {"nproc_per_node": 1},
+        "env": {"ORCH_TEST_STEP_DELAY_S": str(delay)} if delay else {},
+        "train": {"model": "assets/tiny-gpt2", "finetune": "lora",
+                  "lora": {"r": 4, "dropout": 0.0, "target_modules": ["c_attn"]},
+                  "data": {"train": "assets/data/train.jsonl", "max_length": 48}, "precision": "fp32",
+                  "batch_size": 2, "max_steps": steps, "save_every": 3, "eval_every": 1000, "log_every": 1},
+    }))
+    return spec
+
+
+def wait_for(check, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def adapter(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "outputs" / "adapter_model.safetensors")
+
+
+def steps_logged(run: Path) -> list[int]:
+    """The steps of metrics.jsonl's training rows (eval rows carry an eval loss instead)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if "loss" in r]

@@ -210,7 +210,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
     with ExitStack() as stack:
         source = open_source(record, inventory, runs, stack, say)
         gathered = source.gathered()
-        if gathered.state in ACTIVE:
+        if isinstance(source, HostSource) and gathered.state in ACTIVE:  # a kit's state is from its last watch
             raise UsageError(f"{record.job_id} is {gathered.state} on {source.name}: stop it first (orch cancel "
                              f"{record.job_id}; the trainer saves a checkpoint when stopped), then move it")
         loaded = parse_spec(source.spec_text(), Path(record.spec_path))

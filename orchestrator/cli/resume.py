@@ -41,9 +41,14 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool
         move(record, list(on), app.inventory, app.registry, runs=runs, say=app.say, trust=ask_on_tty, direct=direct)
         record = app.registry.get(record.job_id)
     else:
+        from orchestrator.errors import HostError
         from orchestrator.jobs import resume
 
-        resume(record, app.inventory, app.registry)
+        try:
+            resume(record, app.inventory, app.registry)
+        except HostError as exc:
+            raise HostError(f"{exc}\nIf that server is gone for good: orch resume {record.job_id} --on OTHER_HOST "
+                            "continues the job elsewhere (docs/moving.md)") from None
         app.say(f"resumed {record.job_id}")
     if follow and follow_to_end(app, record)["state"] != "succeeded":
         raise SystemExit(1)

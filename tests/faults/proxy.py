@@ -47,6 +47,9 @@ class FaultProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if not self.running:
+                client.close()
+                return
             try:
                 server = socket.create_connection(("127.0.0.1", self.target), timeout=5)
             except OSError:
@@ -115,6 +118,11 @@ class FaultProxy:
                 conn.frozen.set()
 
     def close(self) -> None:
+        """Stop listening and cut every connection: the host is unreachable from now on."""
         self.running = False
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept(); close() alone does not on Linux
+        except OSError:
+            pass
         self.listener.close()
         self.cut()

@@ -17,7 +17,7 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 CODE_DIR = "code"  # the job's working directory: the workspace snapshot, plus what the job writes there
 SNAPSHOT = "snapshot.json"  # what the snapshot held at launch: {"files": {rel: {"size", "mtime_ns"}}}
 SKIP_DIRS = ("__pycache__",)  # written by python itself in the working directory, never an output
-NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", SNAPSHOT)
+NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", ".move-hashes.json", SNAPSHOT)
 
 
 def atomic_write_json(path: str, data: Any) -> None:

@@ -34,6 +34,7 @@ STAGE_PREFIX = ".move-"
 JOURNAL = ".move-journal"
 PART = ".orch-part"
 HISTORY = "moves.json"
+HASHES = ".move-hashes.json"  # the listing's hash cache (path, size, mtime_ns, sha256); never carried or fetched
 NOT_CARRIED = ("status.json", "manifest.json", "job.json", "train.json", ".fetched", "slurm.sh", "slurm.json",
                "cancel.requested")
 STALL_S = 120.0
@@ -62,6 +63,8 @@ def listing(job_dir: str) -> Dict[str, Any]:
         raise MoveError("no such job folder %s" % job_dir)
     cached = {f.get("path"): f for f in (read_json(os.path.join(job_dir, "manifest.json")) or {}).get("files", [])
               if isinstance(f, dict)}
+    cached.update({f.get("path"): f for f in (read_json(os.path.join(job_dir, HASHES)) or {}).get("files", [])
+                   if isinstance(f, dict)})  # a watched job is listed every round: hash each file once
     checkpoint = latest_checkpoint(job_dir)
     files: List[Dict[str, Any]] = []
     links: List[str] = []
@@ -93,9 +96,14 @@ def listing(job_dir: str) -> Dict[str, Any]:
             if not os.path.isfile(full):
                 continue
             old = cached.get(rel)
-            same = old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
-            digest = old["sha256"] if same else _sha256(full)
+            same = (old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
+                    and isinstance(old.get("sha256"), str))
+            digest = old["sha256"] if same else _sha256(full)  # type: ignore[index]
             files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
+    try:
+        atomic_write_json(os.path.join(job_dir, HASHES), {"files": files})
+    except OSError:
+        pass  # a read-only job folder is listed all the same, hashed again next time
     return {"files": files, "checkpoint": checkpoint, "links": links, "outside": inputs_outside(job_dir),
             "attempt": int((read_json(os.path.join(job_dir, "status.json")) or {}).get("attempt") or 0)}
 

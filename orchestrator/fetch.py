@@ -16,6 +16,7 @@ import os
 import queue
 import re
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +30,7 @@ from orchestrator.hosts import Inventory
 from orchestrator.jobs import nodes_of
 from orchestrator.registry import JobRecord
 from orchestrator.remote import FileStream, Remote
-from orchestrator.fetchstate import FetchState
+from orchestrator.fetchstate import CheckpointFolders, FetchState
 
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -58,6 +59,9 @@ class FetchSummary:
     patterns: list[str] = field(default_factory=list)
     unselected: list[Entry] = field(default_factory=list)
     ended: bool = True
+    states: list[str] = field(default_factory=list)  # each node's job state, as its manifest said
+    checkpoints: dict[str, set[str]] = field(default_factory=dict)  # fetchstate.CheckpointFolders.listed
+    committed: list[str] = field(default_factory=list)  # checkpoint folders renamed into place
 
 
 def local_names(entries: list[Entry]) -> list[Entry]:
@@ -120,7 +124,8 @@ DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
 
 
 def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Callable[[str], None],
-          extra: list[str] | None = None, everything: bool = False) -> FetchSummary:
+          extra: list[str] | None = None, everything: bool = False,
+          remotes: list[Remote] | None = None, tell: bool = True) -> FetchSummary:
     """Fetch the files the job's own ``outputs`` (recorded in its job.json) select, plus
     ``extra`` patterns; ``everything`` fetches the whole job folder but the synced code.
     Patterns match the fetched name: a file the job wrote in its working directory
@@ -128,19 +133,25 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     job every node is asked in host order and a path is taken from the first node that has
     it (outputs come from whichever node holds torch's rank 0; each node's logs have their
     own names). The destination is marked as orch's (``runs.MARKER``), so it is never synced
-    back. The summary says what was not selected, for ``describe_unselected``."""
+    back. The summary says what was not selected, for ``describe_unselected``. A checkpoint
+    folder lands whole (``fetchstate.CheckpointFolders``). ``remotes``: open connections to
+    the nodes, in host order, used instead of new ones; ``tell=False`` leaves the ``fetched``
+    request to the caller (``orch fetch --watch``, watch.py)."""
     dest = runs.run_dir(dest_parent, record.job_id)
     summary = FetchSummary(dest)
     taken: set[str] = set()
     state = FetchState(dest)
+    folders = CheckpointFolders(dest, state)
     try:
-        for host in nodes_of(record, inventory):
-            with open_transport(host, inventory, never) as transport:
-                remote = Remote(host, transport)
-                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, state) \
-                        and host.name not in state.told:
+        for i, host in enumerate(nodes_of(record, inventory)):
+            with ExitStack() as stack:
+                remote = remotes[i] if remotes else \
+                    Remote(host, stack.enter_context(open_transport(host, inventory, never)))
+                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, folders) \
+                        and tell and host.name not in state.told:
                     remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
                     state.tell(host.name)
+        summary.committed, summary.checkpoints = folders.commit(), folders.listed
     finally:
         state.save()
     summary.unselected = [e for e in summary.unselected if e.local not in taken]
@@ -148,9 +159,9 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
 
 
 def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, taken: set[str],
-                say: Callable[[str], None], extra: list[str], everything: bool, state: FetchState) -> bool:
+                say: Callable[[str], None], extra: list[str], everything: bool, folders: CheckpointFolders) -> bool:
     """Fetch one node's share; True when the job had ended and everything selected is here."""
-    host = remote.host
+    host, state = remote.host, folders.state
     manifest = remote.call("manifest", job=job_id)
     odd: list[str] = []
     entries = safe_entries(manifest, dest, odd)
@@ -162,7 +173,11 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         outputs = DEFAULT_OUTPUTS
     summary.patterns = ["*"] if everything else list(dict.fromkeys([*outputs, *extra]))
     spec = pathspec.GitIgnoreSpec.from_lines(summary.patterns)
+    running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
+    summary.ended = summary.ended and not running
+    summary.states.append(str(manifest.get("state")))
     wanted: dict[str, Entry] = {}
+    selected = []
     for entry in entries:
         if entry.local in taken:
             continue
@@ -170,13 +185,13 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             summary.unselected.append(entry)
             continue
         taken.add(entry.local)
+        selected.append(entry)
+    for entry in folders.stage(selected, running):
         local = dest / entry.local
         if local.is_file() and state.has(entry.local, local, entry.size, entry.sha256):
             summary.unchanged.append(entry.local)
         else:
             wanted[entry.path] = entry
-    running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
-    summary.ended = summary.ended and not running
     if not wanted:
         return not running
     requests = []

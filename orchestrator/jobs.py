@@ -13,6 +13,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
 
+from orchestrator import reach
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.hosts import Host, Inventory
@@ -99,7 +100,12 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     """Statuses for ``records``: one connection per host for all its unfinished jobs;
     finished jobs (``TERMINAL``) keep the registry's word and cost no connection, and
     unreachable hosts' jobs keep it too (marked ``stale``). A job seen terminal here is
-    recorded with its whole status (state, reason, metrics) for later calls."""
+    recorded with its whole status (state, reason, metrics) for later calls.
+
+    Every contact is recorded (``reach``): an unfinished job on a host that has failed for
+    ``ORCH_LOST_AFTER_S`` shows ``lost`` with ``reach.lost_reason`` (plus ``unreachable_since``
+    and ``last_contact``) — shown only, never recorded, so it shows its real state again when
+    the host answers."""
     out = {r.job_id: r.status() for r in records}
     pending = [r for r in records if r.state not in TERMINAL]
     by_host: dict[str, list[str]] = defaultdict(list)
@@ -107,19 +113,34 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
         for name in r.hosts:
             by_host[name].append(r.job_id)
     answers: dict[tuple[str, str], dict[str, Any]] = {}
+    lost: dict[str, reach.Reach] = {}
 
     def ask(name: str) -> None:
         try:
             jobs = statuses(inventory.get(name), inventory, by_host[name])
-        except (HostError, UsageError, RemoteError) as exc:
+        except HostError as exc:
+            warn(f"warning: {str(exc).splitlines()[0]}")
+            seen = reach.record(registry.path, name, ok=False, error=str(exc).splitlines()[0])
+            if reach.is_lost(seen):
+                lost[name] = seen
+                warn(f"warning: {reach.unreachable(seen)}: its unfinished jobs show lost; if the instance is "
+                     "gone: orch resume JOB --on OTHER_HOST")
+            return
+        except (UsageError, RemoteError) as exc:
             warn(f"warning: {str(exc).splitlines()[0]}")
             return
+        reach.record(registry.path, name, ok=True)
         for job_id, status in jobs.items():
             answers[(name, job_id)] = status
 
     parallel(ask, list(by_host))
     for r in pending:
         per_node = [answers.get((name, r.job_id)) for name in r.hosts]
+        gone = next((lost[name] for name in r.hosts if name in lost), None)
+        if gone is not None:
+            out[r.job_id] = dict(r.status(), state="lost", reason=reach.lost_reason(gone, r.job_id),
+                                 unreachable_since=gone.failing_since, last_contact=gone.last_ok)
+            continue
         if any(s is None for s in per_node):
             out[r.job_id]["stale"] = True
             continue

@@ -16,8 +16,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from remote_payload import movejob, proctree, repro, slurmjob, workspace
-from remote_payload.common import (CODE_DIR, SNAPSHOT, atomic_write_json, boot_id, build_manifest, pid_alive, read_json,
-                                   snapshot_record)
+from remote_payload.common import (CODE_DIR, SNAPSHOT, atomic_write_json, boot_id, build_manifest, keep_hashes,
+                                   known_hashes, pid_alive, read_json, snapshot_record)
 from remote_payload.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
 from remote_payload.jobstate import kill_group, last_metrics, read_status, survivors_of
 
@@ -252,8 +252,9 @@ class Agent:
         path = os.path.join(d, "manifest.json")
         st = self.probe(job_id)
         current = read_json(path)
-        if not (st["state"] in TERMINAL and isinstance(current, dict)):
-            current = build_manifest(d, current)
+        if not (st["state"] in TERMINAL and isinstance(current, dict)):  # a live job: hash what changed since last time
+            current = build_manifest(d, {"files": list(known_hashes(d).values())})
+            keep_hashes(d, current["files"])
         current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
         current["state"] = st["state"]
         return current

@@ -17,7 +17,8 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 CODE_DIR = "code"  # the job's working directory: the workspace snapshot, plus what the job writes there
 SNAPSHOT = "snapshot.json"  # what the snapshot held at launch: {"files": {rel: {"size", "mtime_ns"}}}
 SKIP_DIRS = ("__pycache__",)  # written by python itself in the working directory, never an output
-NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", ".move-hashes.json", SNAPSHOT)
+HASHES = ".hashes.json"  # a cache of sha256 by (path, size, mtime_ns) for live manifests and move listings
+NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
 
 
 def atomic_write_json(path: str, data: Any) -> None:
@@ -37,6 +38,33 @@ def read_json(path: str) -> Optional[Any]:
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def known_hashes(job_dir: str) -> Dict[str, Dict[str, Any]]:
+    """Hashes a listing may trust while a file's size and mtime are unchanged: manifest.json's
+    entries, then the cache's (``keep_hashes``); both untrusted files, odd entries dropped."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name in ("manifest.json", HASHES):
+        record = read_json(os.path.join(job_dir, name))
+        for f in record.get("files", []) if isinstance(record, dict) and isinstance(record.get("files"), list) else []:
+            if isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str):
+                out[f["path"]] = f
+    return out
+
+
+def keep_hashes(job_dir: str, files: "list[Dict[str, Any]]") -> None:
+    """Add ``files``' hashes to the cache (entries of files that are gone are dropped); a
+    cache: a failure to write is ignored, and of two writers at once the last one wins."""
+    path = os.path.join(job_dir, HASHES)
+    record = read_json(path)
+    old = record.get("files") if isinstance(record, dict) and isinstance(record.get("files"), list) else []
+    cache = {f["path"]: f for f in old if isinstance(f, dict) and isinstance(f.get("path"), str)
+             and os.path.lexists(os.path.join(job_dir, f["path"]))}
+    cache.update((f["path"], f) for f in files)
+    try:
+        atomic_write_json(path, {"files": sorted(cache.values(), key=lambda f: f["path"])})
+    except OSError:
+        pass
 
 
 def boot_id() -> str:

@@ -28,13 +28,12 @@ import time
 from typing import IO, Any, Dict, List, Optional
 
 from remote_payload import lease
-from remote_payload.common import CODE_DIR, SKIP_DIRS, atomic_write_json, read_json
+from remote_payload.common import CODE_DIR, SKIP_DIRS, atomic_write_json, keep_hashes, known_hashes, read_json
 
 STAGE_PREFIX = ".move-"
 JOURNAL = ".move-journal"
 PART = ".orch-part"
 HISTORY = "moves.json"
-HASHES = ".move-hashes.json"  # the listing's hash cache (path, size, mtime_ns, sha256); never carried or fetched
 NOT_CARRIED = ("status.json", "manifest.json", "job.json", "train.json", ".fetched", "slurm.sh", "slurm.json",
                "cancel.requested")
 STALL_S = 120.0
@@ -61,10 +60,7 @@ def listing(job_dir: str) -> Dict[str, Any]:
     """What a move of ``job_dir`` carries (see the module contract)."""
     if not os.path.isdir(job_dir):
         raise MoveError("no such job folder %s" % job_dir)
-    cached = {f.get("path"): f for f in (read_json(os.path.join(job_dir, "manifest.json")) or {}).get("files", [])
-              if isinstance(f, dict)}
-    cached.update({f.get("path"): f for f in (read_json(os.path.join(job_dir, HASHES)) or {}).get("files", [])
-                   if isinstance(f, dict)})  # a watched job is listed every round: hash each file once
+    cached = known_hashes(job_dir)  # a watched job is listed every round: each file is hashed once
     checkpoint = latest_checkpoint(job_dir)
     files: List[Dict[str, Any]] = []
     links: List[str] = []
@@ -96,14 +92,10 @@ def listing(job_dir: str) -> Dict[str, Any]:
             if not os.path.isfile(full):
                 continue
             old = cached.get(rel)
-            same = (old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
-                    and isinstance(old.get("sha256"), str))
+            same = old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
             digest = old["sha256"] if same else _sha256(full)  # type: ignore[index]
             files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
-    try:
-        atomic_write_json(os.path.join(job_dir, HASHES), {"files": files})
-    except OSError:
-        pass  # a read-only job folder is listed all the same, hashed again next time
+    keep_hashes(job_dir, files)
     return {"files": files, "checkpoint": checkpoint, "links": links, "outside": inputs_outside(job_dir),
             "attempt": int((read_json(os.path.join(job_dir, "status.json")) or {}).get("attempt") or 0)}
 

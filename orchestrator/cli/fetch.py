@@ -1,43 +1,72 @@
-"""``orch fetch``."""
+"""``orch fetch`` (and ``orch fetch --watch``, orchestrator/watch.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch import fetch, nothing_selected
+from orchestrator.registry import JobRecord
+from orchestrator.termtext import final_line
+from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("fetch")
 @click.argument("job")
 @click.option("--dest", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Parent folder; files land in DEST/<job_id>/.")
-@click.option("--checkpoints", is_flag=True, help="Also fetch checkpoints/.")
+@click.option("--checkpoints/--no-checkpoints", default=None,
+              help="Also fetch checkpoints/ (default: no; with --watch: yes).")
 @click.option("--include", "patterns", multiple=True, metavar="PATTERN",
               help="Also fetch what this gitignore-style pattern selects (repeatable).")
 @click.option("--all", "everything", is_flag=True,
               help="Fetch every file of the job folder and every file the job wrote (not the synced code).")
+@click.option("-w", "--watch", is_flag=True,
+              help="Keep fetching while the job runs (new checkpoints whole), end with a final fetch when it "
+                   "ends; exit 0 if it succeeded, 1 if not. Survives dropped links and laptop sleep.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=DEFAULT_INTERVAL_S, show_default=True,
+              metavar="SECONDS", help="With --watch: seconds between rounds.")
+@click.option("--keep-checkpoints", is_flag=True,
+              help="With --watch: keep every checkpoint fetched (default: remove local step-* folders the "
+                   "server no longer keeps, as its keep_checkpoints does).")
 @pass_app
-def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool, patterns: tuple[str, ...],
-              everything: bool) -> None:
+def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns: tuple[str, ...],
+              everything: bool, watch: bool, interval: float, keep_checkpoints: bool) -> None:
     """Download what the job's `outputs` select, verified by sha256; idempotent.
 
     Patterns match both the job folder ($ORCH_JOB_DIR) and what the job wrote in its
     working directory, by the path it wrote: a script's `outputs/final` and
     `$ORCH_JOB_DIR/outputs/final` both land in DEST/<job_id>/outputs/final. A fetch that
     selects nothing says what the job folder holds, and exits 2 once the job has ended.
+    A checkpoint folder (checkpoints/step-N/) lands whole: it is fetched into a hidden
+    .part-step-N/ and renamed once every file is verified; while the job runs, only once it
+    holds COMPLETE.
+
+    With --watch the same fetch runs every --interval seconds until the job ends (a dropped
+    link is retried, never fatal), checkpoints included, and local checkpoints the server
+    has deleted are removed (--keep-checkpoints keeps them).
 
     \b
     Examples:
       orch fetch gpt2-lora-20261129-101500-1a2b
       orch fetch gpt2-lora --dest ~/runs --checkpoints
       orch fetch gpt2-lora --include 'results/' --include '*.pt'
+      orch fetch gpt2-lora --watch --interval 60
     """
+    if (keep_checkpoints or interval != DEFAULT_INTERVAL_S) and not watch:
+        raise UsageError("--interval and --keep-checkpoints go with --watch")
     record = app.registry.get(job)
-    extra = (["checkpoints/"] if checkpoints else []) + list(patterns)
+    with_checkpoints = watch if checkpoints is None else checkpoints
+    extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
+    if watch:
+        status = watch_job(app, record, dest, extra, everything, interval, keep_checkpoints)
+        if status.get("state") != "succeeded":
+            raise SystemExit(1)
+        return
     summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything)
     if not summary.fetched and not summary.unchanged:
         message = nothing_selected(summary, record.job_id)
@@ -46,6 +75,28 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool, patterns: tuple
         app.say(message)
     click.echo(f"{summary.dest}: {len(summary.fetched)} fetched ({summary.bytes / 2**20:.1f} MB), "
                f"{len(summary.unchanged)} already there")
+
+
+def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everything: bool, interval: float,
+              keep_checkpoints: bool) -> dict[str, Any]:
+    """``orch fetch --watch``: rounds until the job ends; prints what moved and the job's end;
+    returns its final status. Ctrl-C stops watching (exit 130) and leaves the job running."""
+    watch = Watch(record, app.inventory, app.registry, dest, app.say, extra=extra, everything=everything,
+                  interval=interval, keep_checkpoints=keep_checkpoints)
+    app.say(f"watching {record.job_id} every {interval:g} s into {dest / record.job_id}"
+            + ("" if keep_checkpoints else " (checkpoints the server deletes are removed here too)"))
+    try:
+        status = watch.run()
+    except KeyboardInterrupt:
+        app.say(f"stopped watching; {record.job_id} keeps running (orch fetch {record.job_id} --watch)")
+        raise SystemExit(130) from None
+    assert status is not None  # run() without a stop event returns only when the job has settled
+    note = watch.nothing_note()
+    if note:
+        app.say(note)
+    click.echo(watch.describe())
+    app.say(final_line(record.job_id, status))
+    return status
 
 
 COMMANDS = [fetch_cmd]

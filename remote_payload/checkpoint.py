@@ -14,7 +14,9 @@ Layout of `<out>/checkpoints/step-<N>/` (N = optimizer steps done):
 Contracts: `save_checkpoint` is a collective (every rank calls it; rank 0 writes; a barrier
 ends it). A save is written to `tmp-<N>/`, fsynced, marked COMPLETE and only then renamed to
 `step-<N>/`, so a crash mid-save never damages the previous checkpoint; older checkpoints are
-pruned only after the rename. `latest_checkpoint` considers only `step-*` folders with COMPLETE.
+pruned only after the rename. `latest_checkpoint` considers only `step-*` folders with COMPLETE. Nodes without a shared disk:
+ckptshare.py copies the newest checkpoint to the others when a run starts (into `tmp-recv-<N>/`,
+verified, then renamed the same way).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def _rng_state(device: torch.device) -> dict[str, object]:
     return state
 
 
-def _fsync_tree(path: Path) -> None:
+def fsync_tree(path: Path) -> None:
+    """fsync every file and folder under `path`, and `path` itself."""
     for p in [*path.rglob("*"), path]:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -109,9 +112,9 @@ def save_checkpoint(
         torch.save(rng, tmp / "rng.pt")
         (tmp / "progress.json").write_text(json.dumps(asdict(progress), indent=1))
         (tmp / "train.json").write_text(cfg.model_dump_json(indent=1))
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         (tmp / COMPLETE).write_text(f"step {progress.step}\n")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from remote_payload import checkpoint, data, distributed, fsdp, precision, quantize
+from remote_payload import checkpoint, ckptshare, data, distributed, fsdp, precision, quantize
 from remote_payload import model as modeling
 from remote_payload.config import TrainConfig, TrainSetupError
 
@@ -128,12 +128,15 @@ def load_data(cfg: TrainConfig, info: distributed.DistInfo, tokenizer: object,
 
 
 def agreed_checkpoint(out: Path, info: distributed.DistInfo) -> Path | None:
-    """The latest complete checkpoint, which every rank must see (only rank 0 writes them)."""
-    ckpt = checkpoint.latest_checkpoint(out)
-    seen = {str(c) for c in distributed.all_gather_object(info, ckpt and ckpt.name)}
-    if len(seen) > 1:
-        raise TrainSetupError(f"ranks see different latest checkpoints {sorted(seen)}: resuming across nodes needs "
-                              "the job folder's checkpoints/ on every node")
+    """The newest complete checkpoint of any rank, made complete on every rank's filesystem first
+    (only rank 0 writes them, on its node: `ckptshare.share_latest` fans it out); None: start fresh.
+    Raises `TrainSetupError` if a transfer fails, or if ranks still see different latest checkpoints."""
+    ckpt = ckptshare.share_latest(out, info)
+    latest = checkpoint.latest_checkpoint(out)
+    seen = {str(c) for c in distributed.all_gather_object(info, latest and latest.name)}
+    if seen != {str(ckpt and ckpt.name)}:  # the same decision on every rank
+        raise TrainSetupError(f"ranks see different latest checkpoints {sorted(seen)} after sharing "
+                              f"{ckpt and ckpt.name}: did a job folder change during the start?")
     return ckpt
 
 
@@ -151,6 +154,21 @@ def wrap(cfg: TrainConfig, info: distributed.DistInfo, raw_model: torch.nn.Modul
                                         find_unused_parameters=False, gradient_as_bucket_view=True)
         return model, False, model.no_sync
     return raw_model, False, contextlib.nullcontext
+
+
+def settle_buckets(model: torch.nn.Module, device: torch.device,
+                   autocast: Callable[[], contextlib.AbstractContextManager]) -> None:
+    """Collective, DDP only: one throwaway forward and backward (two tokens, gradients dropped), so
+    that a resumed run's first step already uses the gradient buckets DDP rebuilds after its first
+    backward (in the order gradients become ready), as the uninterrupted run's steps after its first
+    did. Without it the resumed run's first step all-reduces one bucket in parameter order, a
+    different summation order for 3+ processes, and the run is no longer bit-identical.
+    Call it before restoring the RNG: dropout consumes random numbers here."""
+    with autocast():
+        logits = model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device), use_cache=False).logits
+    logits.float().sum().backward()
+    for p in model.parameters():
+        p.grad = None
 
 
 def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
@@ -173,6 +191,10 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
         checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
 
     model, sharded, no_sync = wrap(cfg, info, raw_model, amp_dtype)
+    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
+                else contextlib.nullcontext)
+    if ckpt is not None and isinstance(model, DistributedDataParallel):
+        settle_buckets(model, info.device, autocast)
     params = [p for p in raw_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -183,8 +205,6 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
         progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
                                                   scheduler, scaler)
         log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
-    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
-                else contextlib.nullcontext)
     return Run(cfg=cfg, out=out, info=info, model=model, raw_model=raw_model, tokenizer=tokenizer, params=params,
                optimizer=optimizer, scheduler=scheduler, scaler=scaler, autocast=autocast, amp_dtype=amp_dtype,
                packing=packing, units=units, eval_set=eval_set, steps_per_epoch=steps_per_epoch, total_steps=total_steps,

@@ -8,160 +8,20 @@ shows the whole truth.
 from __future__ import annotations
 
 import difflib
-import re
-import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
-from orchestrator.slurmspec import SlurmJob
 from orchestrator.specerrors import data_path, named_field, plain_message, yaml_problem
+from orchestrator.specparts import (ENV_KEY_RE, MAX_DEPTH, MAX_ENV_TOTAL, MAX_NODES, MAX_SETUP,  # noqa: F401
+                                  MAX_SPEC_BYTES, NAME_RE, PATTERN_WORDS, EnvValue, Frozen, HostRef, InlineHost,
+                                  Launch, OnFinish, Workspace, size_text)
 from remote_payload.config import TrainConfig
-
-NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
-PATTERN_WORDS = {NAME_RE: "lowercase letters, digits and '-', 1–40 characters, starting and ending with a letter or digit"}
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_SPEC_BYTES = 1_000_000
-MAX_NODES = 50_000
-MAX_DEPTH = 64
-# Linux refuses one argv/env string over 128 KiB (MAX_ARG_STRLEN) and all of them over ~2 MiB
-# together, and it says so only on the server, as "Argument list too long": stay well below.
-MAX_ENV_VALUE = 100 << 10
-MAX_ENV_TOTAL = 1 << 20
-MAX_ARG = 100 << 10
-MAX_COMMAND = 256 << 10
-MAX_SETUP = 1 << 20  # setup runs from a file on the server; this is only a sanity bound
-
-
-def size_text(n: int) -> str:
-    """``300 KiB``, ``1.5 MiB``: a byte count for a message."""
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(1, round(n / 1024))} KiB"
-
-
-def _env_value(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("contains a NUL byte")
-    size = len(value.encode("utf-8"))
-    if size > MAX_ENV_VALUE:
-        raise ValueError(f"{size_text(size)} is too large for an environment variable: the server cannot pass one "
-                         f"over 128 KiB (orch allows {size_text(MAX_ENV_VALUE)}) — put it in a file in the workspace "
-                         "and pass its path")
-    return value
-
-
-EnvValue = Annotated[str, AfterValidator(_env_value)]
-
-
-class Frozen(BaseModel):
-    """Base of orch's records: immutable, and an unknown field is an error."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class InlineHost(Frozen):
-    """A host written into the job file instead of the inventory."""
-
-    name: str = Field(pattern=NAME_RE, description="Name used in job ids, logs and `orch code`.")
-    address: str = Field(min_length=1, description="Hostname or IP address.")
-    port: int = Field(22, ge=1, le=65535)
-    user: str = Field("root", min_length=1)
-    identity_file: str | None = Field(None, description="Private key file on the laptop.")
-    password_env: str | None = Field(None, description="Name of the environment variable holding the password.")
-    root: str | None = Field(None, description="Where everything of orch lives on that host (default ~/orch).")
-    python: str = Field("python3", description="The interpreter on that host, found through a login shell.")
-
-
-def _host_kind(value: Any) -> str:
-    return "inline" if isinstance(value, (dict, InlineHost)) else "name"
-
-
-HostRef = Annotated[
-    Union[Annotated[str, Tag("name")], Annotated[InlineHost, Tag("inline")]],
-    Discriminator(_host_kind),
-]
-
-
-class Workspace(Frozen):
-    path: str = Field(".", description="Local folder to sync, relative to the job file.")
-    exclude: list[str] = Field(default_factory=list, description="gitignore-style patterns, on top of .gitignore and .orchignore.")
-
-
-class Launch(Frozen):
-    nproc_per_node: Literal["auto"] | Annotated[int, Field(ge=1, le=1024)] = Field(
-        "auto", description="Processes per node: `auto` = GPUs on the node (1 without GPUs), or an int."
-    )
-    command: list[str] | None = Field(
-        None,
-        description="argv each process runs instead of the built-in trainer (under torchrun, or directly: see "
-        "`launcher`); a string is split like a shell would. A leading `python` means the host's python.",
-    )
-
-    nnodes: int | None = Field(
-        None, ge=1, le=10_000, description="Nodes: on SSH boxes, one per listed host (the default); on a Slurm "
-        "host, how many nodes to allocate (default 1)."
-    )
-    slurm: SlurmJob | None = Field(None, description="What to ask a Slurm cluster for (docs/slurm.md).")
-    rdzv_host: str | None = Field(
-        None, description="Multi-node: the address the other nodes use to reach the first host "
-        "(e.g. a private network address). Default: the first host's address."
-    )
-    rdzv_port: int | None = Field(None, ge=1, le=65535, description="Multi-node: rendezvous port (default: a free one).")
-    launcher: Literal["auto", "torchrun", "direct"] = Field(
-        "auto", description="How each node starts the job. `direct`: the supervisor runs the command itself with "
-        "torchrun's environment (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT, ...), skipping torchrun's agent and its "
-        "seconds of start-up; one node and one process only. `torchrun`: always under torchrun. `auto`: direct "
-        "exactly when the job is one node × one process, torchrun otherwise."
-    )
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_string(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"cannot split command: {exc}") from None
-        return value
-
-    @field_validator("command")
-    @classmethod
-    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and (not value or not value[0]):
-            raise ValueError("command must name a program")
-        sizes = [len(arg.encode("utf-8")) for arg in value or []]
-        big = next((i for i, n in enumerate(sizes) if n > MAX_ARG), None)
-        if big is not None:
-            raise ValueError(f"argument {big + 1} is {size_text(sizes[big])}; the server cannot pass one over 128 KiB "
-                             f"(orch allows {size_text(MAX_ARG)}) — put it in a file in the workspace and pass its path")
-        if sum(sizes) > MAX_COMMAND:
-            raise ValueError(f"the command is {size_text(sum(sizes))} in all; orch allows {size_text(MAX_COMMAND)} "
-                             "— put long arguments in a file in the workspace")
-        return value
-
-    @field_validator("launcher")
-    @classmethod
-    def _direct_is_one_process(cls, value: str, info: ValidationInfo) -> str:
-        nproc = info.data.get("nproc_per_node")
-        if value == "direct" and isinstance(nproc, int) and nproc > 1:
-            raise ValueError(f"`direct` starts one process, but nproc_per_node is {nproc} — use `torchrun` "
-                             "(or `auto`, which picks torchrun for more than one process)")
-        return value
-
-
-class OnFinish(Frozen):
-    shutdown: bool = Field(False, description="Power the host off when the job ends — after `orch fetch` has "
-                           "confirmed the outputs, and never while another orch job runs there.")
-    shutdown_after_fetch_timeout_s: int = Field(1800, ge=0, description="Shut down anyway after this long without a fetch.")
-    shutdown_command: list[str] | None = Field(
-        None, min_length=1, description="argv that powers the host off; default: the preset's (`shutdown` on "
-        "AutoDL), else `shutdown -h now`."
-    )
 
 
 class JobSpec(Frozen):

@@ -23,10 +23,12 @@ from orchestrator.cli.logs import follow_to_end
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
 @pass_app
 def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool | None, follow: bool) -> None:
-    """Relaunch a failed, lost or cancelled job; the built-in trainer continues from its
-    latest complete checkpoint. With --on, the job moves to another host first: its code,
-    spec, latest checkpoint, metrics and logs are copied there (through this laptop,
-    sha256-checked; from the laptop's watched copy when its server is gone).
+    """Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in
+    trainer continues from its latest complete checkpoint.
+
+    With --on, the job moves first, under its own id: its code, spec, latest checkpoint,
+    metrics and logs are copied there (through this laptop, sha256-checked; from the
+    laptop's watched copy when its server is gone). docs/moving.md.
 
     \b
     Examples:

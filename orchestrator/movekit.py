@@ -23,7 +23,7 @@ from typing import Any, Callable
 from orchestrator.errors import RemoteError
 from orchestrator.jobs import parallel
 from orchestrator.remote import FileStream, Remote
-from remote_payload.common import atomic_write_json
+from remote_payload.common import atomic_write_json, sha256_file
 
 KIT_DIR = ".orch-job"
 RECORD = "move.json"
@@ -110,14 +110,6 @@ def read_kit(run_dir: Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("files"), list) else None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _present(path: Path, entry: dict[str, Any], known: dict[str, Any]) -> bool:
     """The kit file is there with the listed content: trusted from the last ``move.json``
     when its size and mtime are what that record says, else hashed."""
@@ -130,7 +122,7 @@ def _present(path: Path, entry: dict[str, Any], known: dict[str, Any]) -> bool:
     old = known.get(entry["path"])
     if old and old.get("sha256") == entry["sha256"] and st.st_mtime_ns == entry["mtime_ns"]:
         return True
-    return _sha256(path) == entry["sha256"]
+    return sha256_file(str(path)) == entry["sha256"]
 
 
 def keep(remotes: list[Remote], job_id: str, run_dir: Path, say: Callable[[str], None]) -> None:
@@ -148,7 +140,7 @@ def keep(remotes: list[Remote], job_id: str, run_dir: Path, say: Callable[[str],
         if _present(target, entry, known):
             continue
         fetched = run_dir / entry["path"]  # orch fetch's copy of the same path
-        if fetched.is_file() and fetched.stat().st_size == entry["size"] and _sha256(fetched) == entry["sha256"]:
+        if fetched.is_file() and fetched.stat().st_size == entry["size"] and sha256_file(str(fetched)) == entry["sha256"]:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.unlink(missing_ok=True)
             os.link(fetched, target)

@@ -22,6 +22,7 @@ from remote_payload.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINA
 from remote_payload.jobstate import kill_group, last_metrics, read_status, survivors_of
 
 PENDING_GRACE_S = 30.0
+FINISHING_S = 120.0  # how long move_list waits for an ended job's supervisor to finish its records
 
 
 class AgentError(Exception):
@@ -105,6 +106,12 @@ class Agent:
         d = self.job_dir(job_id)
         if not os.path.isdir(d):
             raise AgentError("job %s is not on this host" % job_id)
+        deadline = time.time() + FINISHING_S  # an ended job's supervisor still records its environment: let it
+        while time.time() < deadline:
+            st = read_status(os.path.join(d, "status.json")) or {}
+            if st.get("state") not in TERMINAL or not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
+                break
+            time.sleep(0.2)
         return dict(movejob.listing(d), state=self.probe(job_id)["state"])
 
     def adopt(self, request: Dict[str, Any], files: List[Dict[str, Any]], moved: Dict[str, Any]) -> Dict[str, Any]:

@@ -19,7 +19,6 @@ Standard library only, Python >= 3.8.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -28,7 +27,8 @@ import time
 from typing import IO, Any, Dict, List, Optional
 
 from remote_payload import lease
-from remote_payload.common import CODE_DIR, SKIP_DIRS, atomic_write_json, keep_hashes, known_hashes, read_json
+from remote_payload.common import (CODE_DIR, SKIP_DIRS, atomic_write_json, keep_hashes, known_hashes, read_json,
+                                   sha256_file)
 
 STAGE_PREFIX = ".move-"
 JOURNAL = ".move-journal"
@@ -93,7 +93,7 @@ def listing(job_dir: str) -> Dict[str, Any]:
                 continue
             old = cached.get(rel)
             same = old and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
-            digest = old["sha256"] if same else _sha256(full)  # type: ignore[index]
+            digest = old["sha256"] if same else sha256_file(full)  # type: ignore[index]
             files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
     keep_hashes(job_dir, files)
     return {"files": files, "checkpoint": checkpoint, "links": links, "outside": inputs_outside(job_dir),
@@ -127,14 +127,6 @@ def _size(path: str) -> int:
             except OSError:
                 pass
     return total
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- the target --------------------------------------------------------------------------
@@ -240,7 +232,7 @@ def receive(root: str, job_id: str, expected: List[Dict[str, Any]], inp: IO[byte
 
 
 def _finish_file(stage: str, rel: str, part: str, entry: Dict[str, Any]) -> None:
-    digest = _sha256(part)
+    digest = sha256_file(part)
     if digest != entry["sha256"]:
         os.unlink(part)
         raise MoveError("%s arrived damaged (sha256 %s..., the source's is %s...); run the move again"

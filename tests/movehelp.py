@@ -51,3 +51,28 @@ def steps_logged(run: Path) -> list[int]:
     """The steps of metrics.jsonl's training rows (eval rows carry an eval loss instead)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [r["step"] for r in rows if "loss" in r]
+
+
+def reference_and_stopped(orch: Orch, assets: Path, host: str = "local") -> tuple[str, str, Path, int]:
+    """An uninterrupted run on `local` (the reference), and the same job on ``host`` cancelled
+    after its first checkpoint: (reference id, job id, the job's folder, its last checkpoint's step)."""
+    ref = json.loads(orch("submit", str(trainer_spec(orch, assets, "local", "ref")), "--follow", "--json",
+                          timeout=600).stdout)
+    assert ref["state"] == "succeeded", ref
+    job = json.loads(orch("submit", str(trainer_spec(orch, assets, host, "mv", delay=0.5)), "--json").stdout)["job_id"]
+    folder = orch.job_dir(job)
+    wait_for(lambda: (folder / "checkpoints" / "step-3" / "COMPLETE").exists(), "the first checkpoint")
+    orch("cancel", job)
+    assert orch.json("status", job)["state"] == "cancelled"
+    stopped_at = max(int(p.name[5:]) for p in (folder / "checkpoints").glob("step-*"))
+    assert stopped_at < 12, "the job ended before it could be moved"
+    return ref["job_id"], job, folder, stopped_at
+
+
+def assert_same_run(orch: Orch, ref: str, job: str) -> None:
+    """Both jobs fetched: the same adapter bit for bit, and the job's metrics hold steps 1..12 once each."""
+    for j in (ref, job):
+        orch("fetch", j)
+    a, b = adapter(orch.cwd / "runs" / ref), adapter(orch.cwd / "runs" / job)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert steps_logged(orch.cwd / "runs" / job) == list(range(1, 13))

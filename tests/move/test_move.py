@@ -7,22 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from tests.conftest import Orch
-from tests.movehelp import adapter, steps_logged, trainer_spec, wait_for
+from tests.movehelp import assert_same_run, reference_and_stopped
 
 
 def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2: str, tiny_assets: Path) -> None:
-    ref = json.loads(orch("submit", str(trainer_spec(orch, tiny_assets, "local", "ref")), "--follow", "--json",
-                          timeout=600).stdout)
-    assert ref["state"] == "succeeded"
-    job = json.loads(orch("submit", str(trainer_spec(orch, tiny_assets, "local", "mv", delay=0.5)), "--json").stdout)["job_id"]
-    old_dir = orch.job_dir(job)
-    wait_for(lambda: (old_dir / "checkpoints" / "step-3" / "COMPLETE").exists(), "the first checkpoint")
-    orch("cancel", job)
-    assert orch.json("status", job)["state"] == "cancelled"
-    stopped_at = max(int(p.name[5:]) for p in (old_dir / "checkpoints").glob("step-*"))
-    assert stopped_at < 12, "the job ended before it could be moved"
+    ref, job, old_dir, stopped_at = reference_and_stopped(orch, tiny_assets)
 
     out = orch("resume", job, "--on", box2, "--follow", timeout=600)
     assert f"moving {job} to box2: checkpoint checkpoints/step-{stopped_at}" in out.stderr
@@ -37,11 +27,7 @@ def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2
     shown = orch("show", job).stdout
     assert "local → box2" in shown
 
-    for j in (ref["job_id"], job):
-        orch("fetch", j)
-    a, b = adapter(orch.cwd / "runs" / ref["job_id"]), adapter(orch.cwd / "runs" / job)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert steps_logged(orch.cwd / "runs" / job) == list(range(1, 13))  # history moved, each step once
+    assert_same_run(orch, ref, job)  # history moved: each step once
 
 
 def test_refusals_name_the_way_out(orch: Orch, box2: str) -> None:

@@ -159,6 +159,15 @@ def host(request: pytest.FixtureRequest, orch: Orch) -> str:
     return request.getfixturevalue("box")
 
 
+def dead_port() -> int:
+    """A loopback port nothing listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_job(dir: Path, name: str, host: str, command: list[str], extra: str = "") -> Path:
     """A job file for ``command`` with a workspace holding one script."""
     ws = dir / "ws"

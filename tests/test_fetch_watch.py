@@ -11,17 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-import pytest
-
-from tests.conftest import Orch, write_job
+from tests.conftest import Orch, dead_port, write_job
+from tests.faults.conftest import proxy  # noqa: F401 - the fixture
 from tests.faults.proxy import FaultProxy
 from tests.sshd import SSHServer
 
@@ -209,20 +207,6 @@ def test_watch_of_a_failing_job_exits_1_and_keep_checkpoints_keeps_them_all(orch
 def test_interval_and_keep_checkpoints_need_watch(orch: Orch) -> None:
     out = orch("fetch", "some-job", "--keep-checkpoints", check=2)
     assert "go with --watch" in out.stderr and "Traceback" not in out.stderr
-
-
-@pytest.fixture
-def proxy(sshd: SSHServer) -> Iterator[FaultProxy]:
-    p = FaultProxy(sshd.port)
-    yield p
-    p.close()
-
-
-def dead_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_watch_survives_a_dropped_link_and_still_ends_with_the_job(orch: Orch, sshd: SSHServer,

@@ -6,34 +6,20 @@ at a dead port (the "deleted instance") and back."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from rich.cells import cell_len
 
 from orchestrator import reach
-from tests.conftest import TICKER, Orch, write_job
+from tests.conftest import TICKER, Orch, dead_port, write_job
+from tests.faults.conftest import proxy  # noqa: F401 - the fixture
 from tests.faults.proxy import FaultProxy
 from tests.sshd import SSHServer
 
 LOST_AFTER_S = 2.0
-
-
-@pytest.fixture
-def proxy(sshd: SSHServer) -> Iterator[FaultProxy]:
-    p = FaultProxy(sshd.port)
-    yield p
-    p.close()
-
-
-def dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_host_gone_for_long_shows_its_jobs_lost_with_the_way_out_then_their_real_state(

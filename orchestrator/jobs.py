@@ -3,7 +3,8 @@
 A job's state is the aggregate of its nodes' states: ``failed`` if any node failed,
 ``lost`` if any node is lost (and none failed), ``cancelled`` if any was cancelled,
 ``succeeded`` only when every node succeeded, otherwise the most active of running,
-setting_up, pending. When a node failed or is lost while others still run, those others
+setting_up, queued (waiting for GPUs in its host's queue: the job's place is its last queued
+node's), pending. When a node failed or is lost while others still run, those others
 are stopped (they would only hang in a collective until a timeout).
 """
 
@@ -66,6 +67,11 @@ def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(first, state=state)
     if any(s.get("unsupervised") for s in per_node):
         out["unsupervised"] = True
+    places = [s["queue_position"] for s in per_node
+              if s.get("state") == "queued" and isinstance(s.get("queue_position"), int)]
+    out.pop("queue_position", None)
+    if state == "queued" and places:
+        out["queue_position"] = max(places)
     culprit = next((s for s in per_node if s.get("state") == state and s.get("reason")), None)
     if len(per_node) > 1:
         out["nodes"] = per_node

@@ -145,21 +145,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             return Submitted(plan, None, warnings)
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
-        pulled: set[str] = set()
-        if pull_remote_edits:
-            for remote, hello in zip(remotes, hellos):
-                edited = [p for p in hello.get("sync", {}).get("edited", []) if p in files and p not in pulled]
-                if edited:
-                    say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
-                    pulled.update(transfer.pull(remote, project, workspace, edited))
-            if pulled:
-                files = syncmod.select_files(workspace, spec.workspace.exclude)
-        for remote, hello in zip(remotes, hellos):
-            say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
-        sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
-        for host, sp in zip(hosts, sync_plans):
-            say(f"{host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
-                f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
+        sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
                      {"submission": key, **slurmcheck.log_nodes(plan)})
         summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
@@ -169,6 +155,30 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         if keep is not None:
             keep.push(stack.pop_all())
         return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {})
+
+
+def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: LoadedSpec,
+               files: dict[str, syncmod.LocalFile], project: str, force: bool, pull_remote_edits: bool,
+               say: Say) -> list[syncmod.SyncPlan]:
+    """What to send each host (``sync.plan_sync``), saying so; with ``pull_remote_edits`` the
+    files edited on a host come back to the workspace first. Sends nothing."""
+    workspace, exclude = loaded.workspace_dir, loaded.spec.workspace.exclude
+    pulled: set[str] = set()
+    if pull_remote_edits:
+        for remote, hello in zip(remotes, hellos):
+            edited = [p for p in hello.get("sync", {}).get("edited", []) if p in files and p not in pulled]
+            if edited:
+                say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
+                pulled.update(transfer.pull(remote, project, workspace, edited))
+        if pulled:
+            files = syncmod.select_files(workspace, exclude)
+    for remote, hello in zip(remotes, hellos):
+        say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
+    sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
+    for remote, sp in zip(remotes, sync_plans):
+        say(f"{remote.host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
+            f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
+    return sync_plans
 
 
 def say_lock_holder(host: str, holder: Any, say: Say) -> None:

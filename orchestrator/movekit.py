@@ -24,6 +24,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.jobs import parallel
 from orchestrator.remote import FileStream, Remote
 from remote_payload.common import atomic_write_json, sha256_file
+from remote_payload.protocol import ACTIVE
 
 KIT_DIR = ".orch-job"
 RECORD = "move.json"
@@ -91,7 +92,7 @@ def gather(remotes: list[Remote | None], job_id: str) -> Gathered:
                 files.append(dict(f, node=i))
                 taken.add(f["path"])
     states = [listings[i]["state"] for i in asked]
-    state = next((s for s in ("running", "setting_up", "pending") if s in states), states[0])
+    state = next((s for s in ACTIVE if s in states), states[0])  # the most active node's state
     main = listings[primary]
     return Gathered(files, primary, main["checkpoint"], max(listings[i]["attempt"] for i in asked), state,
                     [str(x)[:300] for x in main["links"]][:50], [o for o in main["outside"] if isinstance(o, dict)][:20])

@@ -2,7 +2,8 @@
 
 No I/O here. The plan holds the exact argv each node's supervisor runs (torchrun's, or for a
 one-node one-process job the job's own: ``launch.launcher``); tests compare it exactly. It is
-written as the job's ``job.json``, the contract with ``remote_payload``.
+written as the job's ``job.json``, the contract with ``remote_payload``. Its ``queue`` says
+what each node waits for in its host's GPU queue (``queue_request``; remote_payload/gpuqueue.py).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Plan(Frozen):
     on_finish: dict[str, Any]
     spec_sha256: str
     slurm: dict[str, Any] | None = None  # on a Slurm host: env, resources, the batch script (slurmplan.batch)
+    queue: dict[str, Any] | None = None  # what each node waits for in its host's GPU queue (queue_request)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -92,15 +94,54 @@ def visible_gpus(spec: JobSpec, facts: HostFacts) -> int:
 
 
 def nproc_for(spec: JobSpec, facts: HostFacts) -> int:
-    """``auto`` = the node's usable GPUs (1 without GPUs). Raises ``UsageError`` when an
-    explicit count asks for more GPUs than the node has."""
+    """``auto`` = one process per GPU the job gets: ``launch.gpus`` when a number above 0, else
+    the node's usable GPUs (1 without GPUs). Raises ``UsageError`` when an explicit count (of
+    processes, or of ``launch.gpus``) asks for more GPUs than the node has."""
     gpus = visible_gpus(spec, facts)
-    wanted = spec.launch.nproc_per_node
+    wanted, asked = spec.launch.nproc_per_node, spec.launch.gpus
+    if isinstance(asked, int) and 0 < gpus < asked:
+        raise UsageError(f"launch.gpus is {asked} but {facts.hostname or 'the node'} has {gpus} usable GPU(s)")
     if wanted == "auto":
-        return max(gpus, 1)
+        return asked if isinstance(asked, int) and asked > 0 else max(gpus, 1)
     if 0 < gpus < wanted:
         raise UsageError(f"launch.nproc_per_node is {wanted} but {facts.hostname or 'the node'} has {gpus} usable GPU(s)")
     return wanted
+
+
+def queue_request(spec: JobSpec) -> dict[str, Any] | None:
+    """What each node waits for in its host's GPU queue (job.json's ``queue``), or None when the
+    job never queues: ``gpus`` (``launch.gpus``; for ``auto`` the number of processes when
+    ``nproc_per_node`` is a number, else ``"all"``: every GPU of the node), ``memory_gb``,
+    ``priority``, and ``pinned``: the indices the job's own ``env: CUDA_VISIBLE_DEVICES``
+    names — it waits for exactly those. ``gpus: 0`` (a CPU job) and a ``CUDA_VISIBLE_DEVICES``
+    that names no indices (empty, or GPU uuids: the job picks its devices itself) never queue."""
+    launch = spec.launch
+    gpus: int | str = launch.gpus if launch.gpus != "auto" else \
+        launch.nproc_per_node if isinstance(launch.nproc_per_node, int) else "all"
+    pinned = None
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        items = [v.strip() for v in visible.split(",") if v.strip()]
+        if not items or not all(v.isdigit() and len(v) <= 4 for v in items):
+            return None
+        pinned = list(dict.fromkeys(int(v) for v in items))  # in the job's order: CUDA numbers them so
+        if isinstance(launch.gpus, int) and launch.gpus not in (0, len(pinned)):
+            raise UsageError(f"launch.gpus is {launch.gpus} but env CUDA_VISIBLE_DEVICES names {len(pinned)} GPU(s): "
+                             "the job waits for exactly those; drop one of the two")
+        gpus = len(pinned) if gpus != 0 else 0
+    if gpus == 0:
+        return None
+    return {"gpus": gpus, "memory_gb": launch.memory_gb, "priority": launch.priority, "pinned": pinned}
+
+
+def refuse_queue_on_slurm(spec: JobSpec, host: Host) -> None:
+    """On a Slurm host Slurm is the queue: ``UsageError`` (exit 2) for ``launch.gpus``,
+    ``memory_gb`` or ``priority`` set to anything but their defaults, naming what to use there."""
+    launch = spec.launch
+    if launch.gpus != "auto" or launch.memory_gb is not None or launch.priority != 0:
+        raise UsageError(f"launch.gpus, launch.memory_gb and launch.priority are for orch's GPU queue on SSH boxes; "
+                         f"{host.name} is a Slurm cluster, whose own queue decides: ask for GPUs with "
+                         "launch.slurm.gpus_per_node, memory with launch.slurm.mem, and priority with launch.slurm.qos")
 
 
 def program(spec: JobSpec, python: str, job_dir: str) -> list[str]:
@@ -174,6 +215,7 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
     (the only host then) the nodes are the allocation's (``slurmplan``)."""
     slurmplan.refusals(spec, hosts)
     if hosts[0].slurm:
+        refuse_queue_on_slurm(spec, hosts[0])
         return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id,
                        *_slurm_nodes(spec, hosts[0], facts[0], job_id))
     endpoint = rdzv_endpoint(spec, hosts, rdzv_port)
@@ -212,7 +254,7 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,
         on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets),
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
-        spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
+        spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
     )
 
 

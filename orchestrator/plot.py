@@ -8,6 +8,9 @@ first of the job's hosts that has one (rank 0, which writes it, may run on any n
 from the server are untrusted: anything that is not a JSON object with a numeric ``step`` is
 skipped. matplotlib is an optional extra (``pip install matplotlib``, or the ``plot`` extra of the ``orch-gpu`` distribution)
 and is imported only when drawing.
+
+``overlay`` draws several jobs in one figure (``orch plot JOB1 JOB2 ...``, ``orch plot --sweep
+NAME``), labelled by ``legend_labels``: a sweep's varied values, else job ids.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 from orchestrator.connect import never, open_transport
 from orchestrator.errors import UsageError
 from orchestrator.hosts import Inventory
-from orchestrator.registry import JobRecord
+from orchestrator.registry import JobRecord, SweepEntry, short_ids
+from orchestrator.sweepkeys import label, short_keys
 
 MAX_BYTES = 256 << 20
 SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}
@@ -70,8 +74,8 @@ def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[fl
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def draw(rows: list[dict[str, float]], title: str) -> Any:
-    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each."""
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend; ``UsageError`` saying how to install it."""
     try:
         import matplotlib
 
@@ -79,6 +83,12 @@ def draw(rows: list[dict[str, float]], title: str) -> Any:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("orch plot needs matplotlib: pip install matplotlib (from a clone: pip install '.[plot]')") from None
+    return plt
+
+
+def draw(rows: list[dict[str, float]], title: str) -> Any:
+    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each."""
+    plt = _pyplot()
     fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for key, style in (("loss", "-"), ("eval_loss", "o-")):
         xs, ys = series(rows, key)
@@ -98,12 +108,60 @@ def draw(rows: list[dict[str, float]], title: str) -> Any:
     return fig
 
 
+def legend_labels(job_ids: list[str], entries: dict[str, SweepEntry]) -> tuple[list[str], str | None]:
+    """(a label per job, the legend's title): the varied values (``lr=1e-4, r=8``, each key by
+    its shortest distinct tail) when every job is of one sweep, titled ``sweep NAME``; else each
+    job id's shortest unique prefix among ``job_ids``, untitled."""
+    sweeps = {entries[j].sweep for j in job_ids if j in entries}
+    if len(sweeps) == 1 and all(j in entries for j in job_ids):
+        keys = list(dict.fromkeys(k for j in job_ids for k, _ in entries[j].pairs()))
+        short = short_keys(keys)
+        return [label(entries[j].pairs(), short) for j in job_ids], f"sweep {sweeps.pop()}"
+    ids = short_ids(job_ids)
+    return [ids[j] for j in job_ids], None
+
+
+def overlay(curves: list[tuple[str, list[dict[str, float]]]], title: str, legend_title: str | None = None) -> Any:
+    """Several jobs in one Figure: train loss (solid) on the first axis and, when any job has
+    one, eval loss (dashed, dots) on a second, one colour per job; the first axis's legend holds
+    every job's label, in order (``(label, rows)`` of ``curves``)."""
+    from matplotlib.lines import Line2D
+
+    plt = _pyplot()
+    has_eval = any(series(rows, "eval_loss")[0] for _, rows in curves)
+    fig, axes = plt.subplots(2 if has_eval else 1, 1, figsize=(9, 8 if has_eval else 5), sharex=True, squeeze=False)
+    ax_train = axes[0][0]
+    handles = []
+    for i, (name, rows) in enumerate(curves):
+        color = f"C{i % 10}"
+        xs, ys = series(rows, "loss")
+        if xs:
+            ax_train.plot(xs, ys, "-", color=color)
+        if has_eval:
+            xs, ys = series(rows, "eval_loss")
+            if xs:
+                axes[1][0].plot(xs, ys, "o--", color=color, markersize=3)
+        handles.append(Line2D([], [], color=color, label=name))
+    ax_train.set_ylabel(SERIES["loss"])
+    ax_train.legend(handles=handles, title=legend_title, loc="upper right", fontsize="small")
+    if has_eval:
+        axes[1][0].set_ylabel(SERIES["eval_loss"])
+    axes[-1][0].set_xlabel("step")
+    for row in axes:
+        row[0].grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Any, out: Path) -> None:
+    """Write ``fig`` as a PNG at ``out`` (its folder made) and free it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    _pyplot().close(fig)
+
+
 def save_plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
     if not any(k in r for r in rows for k in SERIES):
         raise UsageError("metrics.jsonl holds no loss, lr or tokens/s values to plot yet")
-    fig = draw(rows, title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    save_figure(draw(rows, title), out)

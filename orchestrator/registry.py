@@ -7,6 +7,10 @@ job's final word and ``orch status`` renders it without asking the host. Beside 
 (``detail``) a terminal job keeps its final status row (``final``: what ``orch status`` showed
 when it first saw the job terminal, with the step total and cost that needed the spec and the
 inventory); it is kept while the job stays in that state and dropped when the state changes.
+Sweeps (``orch submit --sweep``, docs/sweeps.md) are a table of their own, ``sweep_jobs``: a
+job's sweep, its combination number and values, written with the job's row and never touched
+by ``update`` (which replaces ``detail`` wholesale), and a ``summary`` of a finished job
+(its best eval loss) so ``orch status --sweep`` of finished jobs asks no host.
 Light on purpose: sqlite3 and the standard library only, so ``orch status`` of finished jobs
 starts fast.
 """
@@ -19,7 +23,7 @@ import re
 import sqlite3
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -43,6 +47,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     state TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '{}',
     updated REAL NOT NULL
+)
+"""
+SWEEP_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweep_jobs (
+    job_id TEXT PRIMARY KEY,
+    sweep TEXT NOT NULL,
+    combination INTEGER NOT NULL,
+    combinations INTEGER NOT NULL,
+    vals TEXT NOT NULL,
+    summary TEXT NOT NULL DEFAULT '{}'
 )
 """
 COLUMNS = {"job_id", "name", "spec_path", "hosts", "job_dir", "created", "state", "detail", "updated"}
@@ -69,6 +83,22 @@ class JobRecord:
         return dict(self.detail, state=self.state, job_id=self.job_id)
 
 
+@dataclass(frozen=True)
+class SweepEntry:
+    """A job's place in a sweep: combination ``combination`` of ``combinations`` (from 1), its
+    ``values`` as ``[key, value, spelled]`` lists, and what was kept once it finished."""
+
+    sweep: str
+    combination: int
+    combinations: int
+    values: list[list[Any]]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(key, spelled value) per swept key, in the sweep's order."""
+        return [(str(v[0]), str(v[2])) for v in self.values if isinstance(v, list) and len(v) == 3]
+
+
 class Registry:
     def __init__(self, home: Path | None = None) -> None:
         """Open (or create) ``registry.db``. A file that is not a sound orch registry —
@@ -79,6 +109,8 @@ class Registry:
             with closing(self._connect()) as db, db:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(SCHEMA)
+                db.execute(SWEEP_SCHEMA)
+                db.execute("CREATE INDEX IF NOT EXISTS sweep_jobs_by_sweep ON sweep_jobs (sweep, combination)")
                 problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
                 columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)").fetchall()}
         except sqlite3.OperationalError as exc:
@@ -111,13 +143,55 @@ class Registry:
         return db
 
     def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str,
-            detail: dict[str, Any] | None = None) -> None:
+            detail: dict[str, Any] | None = None, sweep: SweepEntry | None = None) -> None:
+        """Record a new job (nothing when the id is already there); with ``sweep``, its place in
+        that sweep, in the same transaction."""
         now = time.time()
         with closing(self._connect()) as db, db:
             db.execute(
                 "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
                 (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, json.dumps(detail or {}), now),
             )
+            if sweep is not None:
+                db.execute("INSERT OR IGNORE INTO sweep_jobs VALUES (?,?,?,?,?,?)",
+                           (job_id, sweep.sweep, sweep.combination, sweep.combinations, json.dumps(sweep.values),
+                            json.dumps(sweep.summary)))
+
+    def sweep_jobs(self, sweep: str) -> list[tuple[JobRecord, SweepEntry]]:
+        """The jobs of ``sweep`` with their entries, by combination (empty for an unknown name)."""
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT job_id FROM sweep_jobs WHERE sweep=? ORDER BY combination, job_id",
+                              (sweep,)).fetchall()
+        entries = self.sweep_entries([r[0] for r in rows])
+        records = {r.job_id: r for r in self._rows("WHERE job_id IN (SELECT job_id FROM sweep_jobs WHERE sweep=?)",
+                                                   (sweep,))}
+        return [(records[r[0]], entries[r[0]]) for r in rows if r[0] in records and r[0] in entries]
+
+    def sweep_entries(self, job_ids: list[str]) -> dict[str, SweepEntry]:
+        """The sweep entry of each of ``job_ids`` that belongs to a sweep."""
+        out: dict[str, SweepEntry] = {}
+        with closing(self._connect()) as db:
+            for start in range(0, len(job_ids), 500):
+                chunk = job_ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in db.execute("SELECT job_id, sweep, combination, combinations, vals, summary FROM sweep_jobs "
+                                      f"WHERE job_id IN ({marks})", chunk).fetchall():
+                    values = _json(row[4], list)
+                    out[row[0]] = SweepEntry(row[1], int(row[2]), int(row[3]), values or [], _loads(row[5]))
+        return out
+
+    def sweep_names(self) -> list[str]:
+        """Every sweep's name, the newest first."""
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT s.sweep, MAX(j.created) FROM sweep_jobs s JOIN jobs j ON j.job_id = s.job_id "
+                              "GROUP BY s.sweep ORDER BY 2 DESC").fetchall()
+        return [r[0] for r in rows]
+
+    def record_sweep_summary(self, job_id: str, summary: dict[str, Any]) -> None:
+        """Keep ``summary`` (JSON-able) with the job's sweep entry: what ``orch status --sweep``
+        needs of a finished job."""
+        with closing(self._connect()) as db, db:
+            db.execute("UPDATE sweep_jobs SET summary=? WHERE job_id=?", (json.dumps(summary), job_id))
 
     def unconfirmed(self, submission: str) -> JobRecord | None:
         """The job reserved by an interrupted submit with this submission key, if any."""
@@ -202,6 +276,14 @@ def _loads(text: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _json(text: str, kind: type) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def _final(value: Any) -> dict[str, Any] | None:

@@ -35,7 +35,9 @@ def git_state(workspace: Path) -> tuple[dict[str, Any] | None, str | None]:
     return info, diff
 
 
-def record(loaded: LoadedSpec) -> dict[str, Any]:
-    git, diff = git_state(loaded.workspace_dir)
+def record(loaded: LoadedSpec, git_info: tuple[dict[str, Any] | None, str | None] | None = None) -> dict[str, Any]:
+    """What the job's ``repro/`` keeps from the laptop. ``git_info``: ``git_state`` already
+    read for this workspace (a sweep's jobs share one), else it is read now."""
+    git, diff = git_info if git_info is not None else git_state(loaded.workspace_dir)
     return {"spec_text": loaded.text, "spec_resolved": loaded.spec.model_dump(mode="json"),
             "git": git, "git_diff": diff}

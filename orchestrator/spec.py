@@ -11,21 +11,26 @@ import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.specerrors import data_path, named_field, plain_message, yaml_problem
 from orchestrator.specparts import (ENV_KEY_RE, MAX_DEPTH, MAX_ENV_TOTAL, MAX_NODES, MAX_SETUP,  # noqa: F401
                                   MAX_SPEC_BYTES, NAME_RE, PATTERN_WORDS, EnvValue, Frozen, HostRef, InlineHost,
                                   Launch, OnFinish, Workspace, size_text)
+from orchestrator.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates
 from remote_payload.config import TrainConfig
+
+SweepKey = Annotated[str, AfterValidator(check_key)]
+SweepValues = Annotated[list[Scalar], Field(min_length=1)]
 
 
 class JobSpec(Frozen):
-    """The whole job file. Exactly one of ``launch.command`` and ``train`` is set."""
+    """The whole job file. Exactly one of ``launch.command`` and ``train`` is set. With a
+    ``sweep``, ``hosts`` is a pool and each combination is a job of its own (``sweep.py``)."""
 
     name: str = Field(pattern=NAME_RE, description="[a-z0-9-]; job ids are <name>-<yyyymmdd-hhmmss>-<4 hex>.")
     hosts: list[HostRef] = Field(min_length=1, description="Inventory names, `local`, or inline host objects.")
@@ -41,6 +46,10 @@ class JobSpec(Frozen):
         description="gitignore-style patterns over the job folder: what `orch fetch` brings back.",
     )
     on_finish: OnFinish = Field(default_factory=OnFinish)
+    sweep: dict[SweepKey, SweepValues] | None = Field(
+        None, description="A sweep: dotted paths into this file (train.lr, train.lora.r, env.LR) and the values to "
+        "try; `orch submit` makes one job per combination, each a one-node job on one host of `hosts` (a pool, "
+        "round-robin). `orch submit --sweep KEY=V1,V2` adds a key or replaces its values (docs/sweeps.md).")
 
     @field_validator("env")
     @classmethod
@@ -72,6 +81,19 @@ class JobSpec(Frozen):
                 raise ValueError(f"output pattern {pattern!r} must stay inside the job folder")
         return value
 
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_size(cls, value: dict[str, list[Scalar]] | None) -> dict[str, list[Scalar]] | None:
+        count = 1
+        for key, values in (value or {}).items():
+            twice = duplicates(values)
+            if twice:
+                raise ValueError(f"{key} lists {', '.join(repr(v) for v in twice)} more than once")
+            count *= len(values)
+        if count > MAX_COMBINATIONS:
+            raise ValueError(f"{count} combinations; one sweep makes at most {MAX_COMBINATIONS} jobs")
+        return value
+
     @model_validator(mode="after")
     def _one_entrypoint(self) -> "JobSpec":
         if (self.launch.command is None) == (self.train is None):
@@ -79,7 +101,7 @@ class JobSpec(Frozen):
         names = [h if isinstance(h, str) else h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("a host is listed twice")
-        if len(names) > 1 and self.launch.nnodes not in (None, len(names)):
+        if len(names) > 1 and self.launch.nnodes not in (None, len(names)) and self.sweep is None:
             raise ValueError(f"launch.nnodes is {self.launch.nnodes} but {len(names)} hosts are listed: on SSH boxes "
                              "each host is one node (leave nnodes out)")
         return self

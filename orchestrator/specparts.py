@@ -8,7 +8,8 @@ import re
 import shlex
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
 from orchestrator.slurmspec import SlurmJob
 
@@ -106,6 +107,26 @@ class Launch(Frozen):
         "seconds of start-up; one node and one process only. `torchrun`: always under torchrun. `auto`: direct "
         "exactly when the job is one node × one process, torchrun otherwise."
     )
+    gpus: Literal["auto"] | Annotated[int, Field(ge=0, le=1024)] = Field(
+        "auto", description="GPUs each node waits for in its host's queue and gets as CUDA_VISIBLE_DEVICES "
+        "(docs/queue.md): `auto` = nproc_per_node when it is a number, every GPU of the node for `auto`; 0 = a CPU "
+        "job, which never waits. With nproc_per_node `auto`, a number here is also the processes per node."
+    )
+    memory_gb: float | None = Field(
+        None, gt=0, le=4096, description="GPU memory each of those GPUs must have free (where nvidia-smi says it); "
+        "a host whose GPUs are all smaller fails the job at once."
+    )
+    priority: int = Field(
+        0, ge=-1_000_000, le=1_000_000, description="Place in the host's queue: higher first; equal priorities "
+        "start in the order they were queued (FIFO)."
+    )
+
+    @model_validator(mode="after")
+    def _a_process_per_gpu(self) -> "Launch":
+        if isinstance(self.nproc_per_node, int) and isinstance(self.gpus, int) and 0 < self.gpus < self.nproc_per_node:
+            raise ValueError(f"nproc_per_node is {self.nproc_per_node} but gpus is {self.gpus}: each process needs "
+                             "a GPU of its own (gpus: 0 runs on the CPU)")
+        return self
 
     @field_validator("command", mode="before")
     @classmethod
@@ -142,7 +163,39 @@ class Launch(Frozen):
         return value
 
 
+class Notify(Frozen):
+    """A webhook the server calls when the job ends (remote_payload/webhook.py)."""
+
+    url: str | None = Field(None, description="http(s) URL of a chat webhook (Slack, Feishu/Lark, DingTalk) or any "
+                            "endpoint taking JSON. It is recorded with the job file: for a URL holding a token use "
+                            "url_env.")
+    url_env: str | None = Field(None, pattern=ENV_KEY_RE.pattern, description="Name of an environment variable on the "
+                                "server (set in its login shell, e.g. ~/.bashrc) holding the URL; it never leaves "
+                                "the server.")
+    format: Literal["auto", "slack", "feishu", "dingtalk", "json"] = Field(
+        "auto", description="The JSON body: Slack's, Feishu's or DingTalk's text message; `json` adds the job's "
+        "fields (job_id, state, reason, exit_code, host, metrics); `auto` picks by the URL's host (json otherwise).")
+    timeout_s: float = Field(10.0, gt=0, le=120, description="Seconds the call may take.")
+    on: list[Literal["succeeded", "failed", "cancelled"]] = Field(
+        default_factory=lambda: ["succeeded", "failed", "cancelled"], min_length=1,
+        description="The end states that notify.")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Notify":
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("give exactly one of url and url_env")
+        return self
+
+
 class OnFinish(Frozen):
+    notify: Notify | None = Field(None, description="Call a webhook when the job ends (docs/notifications.md).")
     shutdown: bool = Field(False, description="Power the host off when the job ends — after `orch fetch` has "
                            "confirmed the outputs, and never while another orch job runs there.")
     shutdown_after_fetch_timeout_s: int = Field(1800, ge=0, description="Shut down anyway after this long without a fetch.")

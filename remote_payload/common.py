@@ -120,6 +120,15 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def file_key(path: str) -> Optional[tuple]:
+    """(inode, size, mtime_ns) of ``path``: the same file unchanged while this stays equal; None when missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

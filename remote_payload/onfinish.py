@@ -1,9 +1,12 @@
 """What a supervisor does after its job ends (standard library only).
 
-``shutdown_when_done`` powers the node off when ``on_finish.shutdown`` is set — only after
-``orch fetch`` left the ``.fetched`` marker (or the timeout passed), never while another orch
-job runs on the host, and not at all when the job was resumed meanwhile. Without it, a host
-with ``idle_shutdown_minutes`` gets the idle guard (``shutdown_when_idle``).
+``after_end`` refreshes ``manifest.json`` with the environment record that the terminal state
+did not wait for (``refresh_late``), and around it ``shutdown_when_done`` powers the node off
+when ``on_finish.shutdown`` is set — only after ``orch fetch`` left the ``.fetched`` marker (or
+the timeout passed), never while another orch job runs or waits in the GPU queue on the host,
+and not at all when the job was resumed meanwhile. Without it, a host with
+``idle_shutdown_minutes`` gets the idle guard (``shutdown_when_idle``), which a queued job
+keeps from arming as a running one does (both are work: ``other_jobs_running``).
 """
 
 from __future__ import annotations
@@ -11,22 +14,61 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
+import threading
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
-from remote_payload.common import pid_alive, read_json
-from remote_payload.protocol import TERMINAL
+from remote_payload.common import atomic_write_json, build_manifest, file_key, pid_alive, read_json
+from remote_payload.manifests import Flock
+from remote_payload.protocol import QUEUED, TERMINAL
 
 FETCHED = ".fetched"
+
+
 def other_jobs_running(root: str, job_id: str) -> List[str]:
+    """The other orch jobs on this host with a live supervisor and no terminal state — running,
+    setting up or queued for GPUs (named ``<id> (queued)``): all count as work."""
     running = []
     for path in glob.glob(os.path.join(root, "jobs", "*", "status.json")):
         st = read_json(path)
         if not isinstance(st, dict) or st.get("job_id") == job_id or st.get("state") in TERMINAL:
             continue
         if pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
-            running.append(str(st.get("job_id")))
+            running.append(str(st.get("job_id")) + (" (queued)" if st.get("state") == QUEUED else ""))
     return running
+
+
+def refresh_late(job_dir: str, recorder: Any, attempt: int, written: Optional[tuple]) -> None:
+    """The environment record (``repro.Recorder``) the terminal state did not wait for: wait for
+    it, then refresh ``manifest.json`` with it — only while the job is still this ``attempt``'s
+    and the file is still the one the supervisor wrote (``written``: its ``file_key``), under the
+    job folder's flock (nobody else's manifest is ever replaced)."""
+    if recorder is None or recorder.done():
+        return
+    recorder.wait()
+    manifest_path = os.path.join(job_dir, "manifest.json")
+    with Flock(job_dir):
+        now = read_json(os.path.join(job_dir, "status.json")) or {}
+        if now.get("attempt") != attempt or now.get("state") not in TERMINAL:
+            return
+        if written is None or file_key(manifest_path) != written:
+            return
+        try:
+            atomic_write_json(manifest_path, build_manifest(job_dir, read_json(manifest_path)))
+        except OSError:
+            pass  # the manifest written at the end stands: complete for what the job wrote
+
+
+def after_end(job_dir: str, job: Dict[str, Any], attempt: int, recorder: Any, written: Optional[tuple],
+              say: Callable[[str], None]) -> None:
+    """Once the terminal state is written: ``refresh_late`` in a thread of its own (a power-off
+    waits for it — it waits for ``orch fetch`` anyway), then ``shutdown_when_done``; returns when both are done."""
+    late = threading.Thread(target=refresh_late, args=(job_dir, recorder, attempt, written), name="orch-repro-late")
+    late.start()
+    if (job.get("on_finish") or {}).get("shutdown"):
+        late.join()
+    shutdown_when_done(job_dir, job, attempt, say)
+    late.join()
 
 
 def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Callable[[str], None]) -> None:

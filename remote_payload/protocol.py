@@ -27,10 +27,10 @@ import struct
 from typing import IO, Any, Dict, NamedTuple, Optional, Tuple
 
 # -- job states --------------------------------------------------------------------------
-PENDING, SETTING_UP, RUNNING = "pending", "setting_up", "running"
+PENDING, QUEUED, SETTING_UP, RUNNING = "pending", "queued", "setting_up", "running"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 LOST, UNKNOWN = "lost", "unknown"
-ACTIVE = (RUNNING, SETTING_UP, PENDING)          # most active first
+ACTIVE = (RUNNING, SETTING_UP, QUEUED, PENDING)  # most active first; queued: waiting for GPUs (gpuqueue.py)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)       # written by a supervisor; never changes again
 SETTLED = TERMINAL + (LOST, UNKNOWN)            # nothing more will happen without the user
 RESUMABLE = (FAILED, LOST, CANCELLED)           # what ``orch resume`` accepts
@@ -101,6 +101,7 @@ JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobstate.
     "survivors": (int, OPT), "attempt": (int, OPT), "heartbeat": (MAYBE_NUMBER, OPT),
     "started": (MAYBE_NUMBER, OPT), "ended": (MAYBE_NUMBER, OPT), "procs": (list, OPT),
     "log_nodes": (int, OPT), "slurm_job": (str, OPT),  # a Slurm job: its node logs, its latest Slurm job id
+    "queue_position": ((int, NONE), OPT), "gpus": (list, OPT),  # queued: its place; then the GPUs it got
 }
 JOB = {"job": (str, REQUIRED)}
 
@@ -149,6 +150,9 @@ REQUESTS: Dict[str, Request] = {
                           "port": (int, REQUIRED), "user": (str, REQUIRED), "host_key": (str, REQUIRED),
                           "command": (str, REQUIRED), "files": (list, REQUIRED), "requests": (list, REQUIRED)},
                          {"written": (int, REQUIRED), "bytes": (int, REQUIRED)}),
+    # the host's GPU queue (gpuqueue.view): GPUs with their holder, running and waiting jobs
+    "queue": Request({}, {"gpus": (list, REQUIRED), "jobs": (list, REQUIRED), "source": (str, REQUIRED),
+                          "seen": (MAYBE_NUMBER, OPT)}),
     "adopt": Request({"request": (dict, REQUIRED), "files": (list, REQUIRED), "moved": (dict, REQUIRED)},
                      {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT), "job_dir": (str, OPT),
                       "slurm_job": (str, OPT)}, locked=True, statuses="status"),

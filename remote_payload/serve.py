@@ -17,7 +17,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, Optional
 
-from remote_payload import lease, movejob, movepull, netcheck, onfinish, protocol, repro, streams, workspace
+from remote_payload import gpuqueue, lease, movejob, movepull, netcheck, onfinish, protocol, repro, streams, workspace
 from remote_payload.agent import Agent, AgentError
 from remote_payload.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 
@@ -158,6 +158,7 @@ HANDLERS: Dict[str, Handler] = {
         agent.root, agent.job_id(a["job"]), a["key"], a["address"], a["port"], a["user"], a["host_key"], a["command"],
         a["files"], a["requests"]),
     "adopt": lambda agent, a, inp, out: agent.adopt(a["request"], a["files"], a["moved"]),
+    "queue": lambda agent, a, inp, out: gpuqueue.view(agent.root),
 }
 assert set(HANDLERS) == set(protocol.REQUESTS), "every request has exactly one handler"
 
@@ -172,7 +173,8 @@ def handle(agent: Agent, op: str, raw_args: Any, inp: Input, out: Output) -> Dic
             held = lease.acquire(os.path.join(agent.root, ".lock"), op + " jobs", stall_s=LOCK_WAIT_S,
                                  max_wait_s=LOCK_WAIT_S)
         return HANDLERS[op](agent, args, inp, out)
-    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy, movejob.MoveError) as exc:
+    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy, movejob.MoveError,
+            gpuqueue.QueueBusy) as exc:
         return {"error": str(exc)}
     except ProtocolError as exc:
         if inp.ended:  # a bad request, read whole: the session can go on

@@ -14,6 +14,8 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   environment torchrun would give that one worker (``direct_env``).
 - ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
   only ever appended to, so readers can follow it by byte offset.
+- Before setup the node waits for its GPUs in the host's queue (``gpuqueue.take``: state
+  ``queued``), gets them as ``CUDA_VISIBLE_DEVICES`` and gives them back in ``finish``.
 - SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
   ``grace_s`` what is left is killed. The job then ends ``cancelled``.
 - In a Slurm allocation (job.json has ``slurm``; ``slurmrun.py``) the job runs as one srun
@@ -37,10 +39,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload import failure, metricswatch, onfinish, proctree, repro, slurmrun  # noqa: E402
+from remote_payload import failure, gpuqueue, metricswatch, onfinish, proctree, repro, slurmrun, webhook  # noqa: E402
 from remote_payload.launcher import direct_env, free_port  # noqa: E402
 from remote_payload.manifests import Flock, ManifestCache  # noqa: E402
-from remote_payload.common import atomic_write_json, boot_id, build_manifest, read_json  # noqa: E402
+from remote_payload.common import atomic_write_json, boot_id, build_manifest, file_key, read_json  # noqa: E402
 from remote_payload.protocol import GRACE_S, TERMINAL  # noqa: E402
 
 
@@ -200,42 +202,23 @@ class Supervisor:
         return out.stdout.split()
 
     def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
-        """Write the complete manifest, then the terminal state (under ``manifest_lock``)."""
+        """Give the GPUs back (``gpuqueue.release``), write the complete manifest, then the
+        terminal state (under the job folder's flock)."""
         self.say("job %s%s" % (state, ": " + reason if reason else ""))
+        gpuqueue.release(self.job_dir, self.job["job_id"], self.node_rank)
+        if self.node_rank == 0:  # before the end is written, so its line is in the log a follower reads
+            webhook.notify(self.job, dict(self.status, state=state, exit_code=exit_code, reason=reason), self.say,
+                           self.job_dir)
         manifest_path = os.path.join(self.job_dir, "manifest.json")
         cached = self.manifests.stop() if self.manifests is not None else None
-        with self.manifest_lock():
+        with Flock(self.job_dir):  # an earlier attempt's late refresh (onfinish.refresh_late) never crosses it
             try:
                 atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
-                self.manifest_written = _file_key(manifest_path)
+                self.manifest_written = file_key(manifest_path)
             except OSError as exc:
                 state, reason = "failed", "cannot write manifest.json: %s" % exc
                 self.say(reason)
             self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
-
-    def manifest_lock(self) -> Any:
-        """An exclusive lock on the job folder (flock), held by a supervisor while it writes
-        ``manifest.json``: one of an earlier attempt refreshing it late never crosses this one's."""
-        return Flock(self.job_dir)
-
-    def record_late(self) -> None:
-        """The environment record the terminal state did not wait for: wait for it now, then
-        refresh ``manifest.json`` with it — only while the job is still this attempt's and the
-        file is still the one ``finish`` wrote (nobody else's manifest is ever replaced)."""
-        if self.recorder is None or self.recorder.done():
-            return
-        self.recorder.wait()
-        manifest_path = os.path.join(self.job_dir, "manifest.json")
-        with self.manifest_lock():
-            now = read_json(self.status_path) or {}
-            if now.get("attempt") != self.status["attempt"] or now.get("state") not in TERMINAL:
-                return
-            if self.manifest_written is None or _file_key(manifest_path) != self.manifest_written:
-                return
-            try:
-                atomic_write_json(manifest_path, build_manifest(self.job_dir, read_json(manifest_path)))
-            except OSError:
-                pass  # the manifest written at the end stands: complete for what the job wrote
 
     def main(self) -> int:
         proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
@@ -245,9 +228,10 @@ class Supervisor:
             signal.signal(signal.SIGUSR1, self.on_warning)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
-        env = self.env()
-        code = self.setup(env)
-        reason = "setup failed with exit code %d" % code
+        env, refused = gpuqueue.take(self.job_dir, self.job, self.node_rank, self.env(), self.cancelled, self.update,
+                                     self.say)  # waits as `queued` while the host's GPUs are taken
+        code = 1 if refused else self.setup(env)
+        reason = refused or "setup failed with exit code %d" % code
         if code == 0:
             missing = self.missing_modules(env)
             if missing:
@@ -286,12 +270,8 @@ class Supervisor:
                 self.finish("failed", code, slurmrun.warned_reason(self.job, False))
         else:
             self.finish("failed", code, self.failure_reason(code))
-        late = threading.Thread(target=self.record_late, name="orch-repro-late")  # not a daemon: it is kept
-        late.start()
-        if (self.job.get("on_finish") or {}).get("shutdown"):
-            late.join()  # a power-off waits for the record (it waits for `orch fetch` anyway)
-        onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
-        late.join()
+        onfinish.after_end(self.job_dir, self.job, int(self.status["attempt"]), self.recorder, self.manifest_written,
+                           self.say)  # the late environment record, then on_finish
         return 0
 
     def failure_reason(self, code: int) -> str:
@@ -308,14 +288,6 @@ class Supervisor:
         self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
         self.manifests = ManifestCache(self.job_dir, float(self.job.get("heartbeat_s", 2.0)),
                                        read_json(os.path.join(self.job_dir, "manifest.json")))
-
-
-def _file_key(path: str) -> Optional[tuple]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -64,6 +64,24 @@ def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -
         assert lines[3].endswith("  job exited…")
 
 
+def test_a_queued_job_shows_its_place_and_still_fits_80_columns() -> None:
+    """`queued #N` (cli/status.py: a queued status with its ``queue_position``) is a STATE like
+    any other: whole at 80 columns, beside every other state."""
+    from orchestrator.cli.status import _with_place
+
+    rows = _rows()
+    for k, place in enumerate((2, 12)):
+        status = _with_place({"state": "queued", "queue_position": place, "started": 0.0,
+                              "reason": "waiting for 2 GPU(s); busy with other processes: GPU 0"})
+        rows.append(StatusRow(f"gpt2-lora-autodl-20261129-10151{k}-{k:04x}", row_fields(status, 0.0, 1, None, 1.98,
+                                                                                        now=60.0), ["a100"], ""))
+    assert _with_place({"state": "queued"})["state"] == "queued"  # no place known (yet): the state alone
+    assert _with_place({"state": "running", "queue_position": 3})["state"] == "running"
+    lines = status_lines(rows, 80)
+    _assert_fits(lines, 80, [r.progress.state for r in rows])
+    assert lines[-2].split()[1:3] == ["queued", "#2"] and lines[-1].split()[1:3] == ["queued", "#12"]
+
+
 def test_status_lines_wide_shows_everything() -> None:
     rows = _rows()
     lines = status_lines(rows, None)

@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 class App:
     """Lazily opened consoles, inventory and registry; ``say`` writes progress to stderr."""
 
+    notify = False  # --notify / ORCH_NOTIFY: a word on the laptop when a followed or watched job ends
+
+    def job_ended(self, job_id: str, status: dict[str, Any]) -> None:
+        """Bell and desktop notification (``orchestrator/notify.py``) when asked for."""
+        if self.notify:
+            from orchestrator import notify
+
+            notify.ended(job_id, status)
+
     @cached_property
     def err(self) -> Console:
         """rich console on stderr (progress lines, bars)."""
@@ -71,3 +80,14 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App, ensure=True)
+
+
+def _set_notify(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    from orchestrator import notify
+
+    ctx.ensure_object(App).notify = notify.wanted(value)
+
+
+notify_option = click.option(
+    "--notify", is_flag=True, expose_value=False, callback=_set_notify,
+    help="When the job ends: the terminal bell and a desktop notification (ORCH_NOTIFY=1: always).")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch import fetch, nothing_selected
 from orchestrator.registry import JobRecord
@@ -25,6 +25,7 @@ from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
               help="Also fetch what this gitignore-style pattern selects (repeatable).")
 @click.option("--all", "everything", is_flag=True,
               help="Fetch every file of the job folder and every file the job wrote (not the synced code).")
+@notify_option
 @click.option("-w", "--watch", is_flag=True,
               help="Keep fetching while the job runs (new checkpoints whole), end with a final fetch when it "
                    "ends; exit 0 if it succeeded, 1 if not. Survives dropped links and laptop sleep.")
@@ -96,6 +97,7 @@ def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everyth
         app.say(note)
     click.echo(watch.describe())
     app.say(final_line(record.job_id, status))
+    app.job_ended(record.job_id, status)
     return status
 
 

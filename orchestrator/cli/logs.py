@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from orchestrator import logcache
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.registry import JobRecord
 from orchestrator.termtext import final_line, one_line
 
@@ -31,6 +31,7 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None
     app.say(final_line(record.job_id, status))  # one cleaned line: "JOB failed: rank 0 on node 0: ..."
+    app.job_ended(record.job_id, status)
     return status
 
 
@@ -54,6 +55,7 @@ def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, 
 @click.command("logs")
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (reconnects by itself).")
+@notify_option
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start with the last N lines.")
 @click.option("--node", type=click.IntRange(min=0), default=None,
               help="One node's log (0 = the first host); default: every node, lines prefixed [node i].")

@@ -64,6 +64,8 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "logs": ("logs", "Print a job's log; with -f follow it until the job ends."),
     "ls": ("status", "List all jobs (same as `orch status`)."),
     "plot": ("plot", "Draw loss (train and eval), lr and tokens/s against step into a PNG."),
+    "queue": ("queue", "Show each host's GPU queue: its GPUs, the running jobs with their GPUs, and the waiting ones "
+                       "with their place, priority, what they need and since when."),
     "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
     "resume": ("resume", "Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in trainer "
                          "continues from its latest complete checkpoint."),

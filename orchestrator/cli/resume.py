@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.logs import follow_to_end
 
 
@@ -21,6 +21,7 @@ from orchestrator.cli.logs import follow_to_end
                    "goes into the old host's authorized_keys and is removed after), or never. Default: ask at a "
                    "terminal when it can, else through this laptop.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
+@notify_option
 @pass_app
 def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool | None, follow: bool) -> None:
     """Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in

@@ -6,10 +6,11 @@ from datetime import datetime
 
 import click
 
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.logs import report_new_job
 from orchestrator.connect import never, open_transport
 from orchestrator.launch import rerun
+from orchestrator.registry import SweepEntry
 from orchestrator.remote import Remote
 from orchestrator.termtext import clean
 
@@ -31,14 +32,16 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     host = app.inventory.get(record.hosts[0])
     with open_transport(host, app.inventory, never) as transport:
         shown = Remote(host, transport).call("show", job=record.job_id)
+    entry = app.registry.sweep_entries([record.job_id]).get(record.job_id)
     if as_json:
-        app.json(shown)
+        app.json(dict(shown, sweep=sweep_json(entry)) if entry else shown)
         return
     env = shown.get("environment") if isinstance(shown.get("environment"), dict) else {}
     git = shown.get("git") if isinstance(shown.get("git"), dict) else None
     freeze = shown.get("pip_freeze") or ""
     lines = [
         f"job:      {record.job_id} ({shown.get('status', {}).get('state')}) on {', '.join(record.hosts)}",
+        *sweep_lines(entry),
         *ran_on(shown.get("moves")),
         f"python:   {env.get('python', '?')} ({env.get('executable', '?')})",
         f"torch:    {env.get('torch', '?')}  cuda: {env.get('cuda')}  cuda available: {env.get('cuda_available')}",
@@ -54,6 +57,19 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     if pip:
         lines += ["--- pip freeze", freeze.rstrip()]
     click.echo(clean("\n".join(lines)))
+
+
+def sweep_lines(entry: SweepEntry | None) -> list[str]:
+    """``sweep:`` and ``values:`` lines for a job of a sweep (from the laptop's registry)."""
+    if entry is None:
+        return []
+    return [f"sweep:    {entry.sweep}, combination {entry.combination} of {entry.combinations}",
+            "values:   " + ", ".join(f"{k}={text}" for k, text in entry.pairs())]
+
+
+def sweep_json(entry: SweepEntry) -> dict[str, object]:
+    return {"name": entry.sweep, "combination": entry.combination, "combinations": entry.combinations,
+            "values": {str(v[0]): v[1] for v in entry.values if isinstance(v, list) and len(v) == 3}}
 
 
 def ran_on(moves: object) -> list[str]:
@@ -73,6 +89,7 @@ def ran_on(moves: object) -> list[str]:
 @click.command("rerun")
 @click.argument("job")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the new job succeeds, 1 if not.")
+@notify_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the new job_id.")
 @pass_app
 def rerun_cmd(app: App, job: str, follow: bool, as_json: bool) -> None:

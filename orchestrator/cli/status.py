@@ -20,11 +20,12 @@ import sys
 import time
 from dataclasses import asdict
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.progress import JobProgress, StatusRow, row_fields, status_lines
 from orchestrator.registry import TERMINAL, JobRecord
@@ -69,6 +70,14 @@ def _price(app: App, record: JobRecord) -> float | None:
     return None if any(p is None for p in prices) else sum(prices) / max(len(prices), 1)
 
 
+def _with_place(status: dict[str, Any]) -> dict[str, Any]:
+    """A queued job's state shown with its place in its host's GPU queue: ``queued #2``."""
+    place = status.get("queue_position")
+    if status.get("state") == "queued" and type(place) is int:
+        return dict(status, state=f"queued #{place}")
+    return status
+
+
 def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgress:
     """The row's columns. A terminal job's are its recorded final row; the first time a
     terminal status is seen they are made (spec and inventory read) and recorded."""
@@ -83,7 +92,8 @@ def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgr
     count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
     if len(record.hosts) == 1 and isinstance(status.get("log_nodes"), int) and 0 < status["log_nodes"] <= 10_000:
         count = status["log_nodes"]  # a Slurm job: the nodes of its allocation
-    progress = row_fields(status, record.created, count, _total_steps(record.spec_path), _price(app, record))
+    progress = row_fields(_with_place(status), record.created, count, _total_steps(record.spec_path),
+                          _price(app, record))
     if terminal:
         app.registry.record_final(record.job_id, state, asdict(progress))
         _FINAL[(record.job_id, state)] = progress
@@ -134,14 +144,18 @@ def _print(lines: list[str]) -> None:
 @click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object for JOB, a list otherwise).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@notify_option
 @click.option("--wide", is_flag=True, help="Full job ids and every column, however wide.")
+@click.option("--sweep", metavar="NAME", default=None,
+              help="One row per combination of sweep NAME (orch submit --sweep): its values, state, best eval loss, "
+                   "final train loss, step, host.")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
               help="Seconds between refreshes with --watch.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, hidden=True,
               help="Stop --watch after N refreshes (tests).")
 @pass_app
 def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool, interval: float,
-               iterations: int | None) -> None:
+               iterations: int | None, sweep: str | None = None) -> None:
     """Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost
     estimate for hosts with a price (orch hosts add ... --price-per-hour).
 
@@ -155,10 +169,20 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
       orch status -w
       orch status --wide
       orch status gpt2-lora-20261129-101500-1a2b --json
+      orch status --sweep gpt2-lora-sweep-20261129-101500
     """
-    records = [app.registry.get(job)] if job else app.registry.all()
+    if job and sweep is not None:
+        raise UsageError("give JOB or --sweep NAME, not both")
+    from orchestrator import sweepstatus  # light: the registry and the table only
+
+    found = sweepstatus.members(app.registry, sweep) if sweep is not None else None
+    records = [r for r, _ in found] if found is not None else [app.registry.get(job)] if job else app.registry.all()
     if as_json:
         statuses = refresh(app, records)
+        if found is not None and sweep is not None:
+            rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
+            app.json(sweepstatus.as_json(found, rows, sweep))
+            return
         items = [dict(statuses[r.job_id], hosts=r.hosts, job_dir=r.job_dir, name=r.name,
                       progress=asdict(progress_of(app, r, statuses[r.job_id]))) for r in records]
         app.json(items[0] if job else items)
@@ -166,18 +190,30 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
     if not records:
         click.echo("no jobs yet: orch submit JOB.yaml")
         return
-    known_ids = [r.job_id for r in app.registry.all()] if job else [r.job_id for r in records]
+    known_ids = [r.job_id for r in app.registry.all()] if job or found else [r.job_id for r in records]
+
+    def render(statuses: dict[str, dict[str, Any]]) -> list[str]:
+        if found is not None:  # one row per combination of the sweep
+            rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
+            return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(app, wide), known_ids)
+        return _lines(app, records, statuses, known_ids, width_for(app, wide))
+
     if not watch:
-        _print(_lines(app, records, refresh(app, records), known_ids, width_for(app, wide)))
+        _print(render(refresh(app, records)))
         return
     from rich.live import Live
 
-    done = 0
+    from orchestrator.notify import Transitions
+
+    done, seen = 0, Transitions()
     try:
         with Live(console=app.out, auto_refresh=False) as live:
             while True:
-                table = _text(_lines(app, records, refresh(app, records), known_ids, width_for(app, wide)))
+                statuses = refresh(app, records)
+                table = _text(render(statuses))
                 live.update(table, refresh=True)
+                for ended in seen.ended(statuses):  # a job seen running that has now ended
+                    app.job_ended(ended, statuses[ended])
                 done += 1
                 if iterations is not None and done >= iterations:
                     break

@@ -8,19 +8,21 @@ from pathlib import Path
 import click
 
 from orchestrator.checks import laptop_checks
-from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
 from orchestrator.errors import UsageError
 from orchestrator.launch import submit
 from orchestrator.plan import plan_text
-from orchestrator.spec import load_spec
+from orchestrator.spec import LoadedSpec, load_spec
+from orchestrator.sweep import Axis, axes_of, expand
 from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("submit")
 @click.argument("spec_file", type=click.Path(path_type=Path))
 @click.option("-f", "--follow", is_flag=True, help="Stream the log; exit 0 if the job succeeds, 1 if not.")
+@notify_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (job.json) and start nothing.")
 @click.option("--force", is_flag=True, help="Overwrite files that were edited on the server.")
 @click.option("--pull-remote-edits", is_flag=True,
@@ -33,9 +35,19 @@ from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
               metavar="SECONDS", help="With --watch: seconds between fetch rounds.")
 @click.option("--keep-checkpoints", is_flag=True,
               help="With --watch: keep every checkpoint fetched (default: as many as the server keeps).")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Vary KEY, a dotted path into the job file (train.lr, train.lora.r, env.LR), over these values "
+                   "(YAML scalars): one job per combination of every --sweep and the file's sweep: block, spread "
+                   "round-robin over its hosts; replaces the block's values of the same KEY (docs/sweeps.md).")
+@click.option("--sweep-name", metavar="NAME", default=None,
+              help="The sweep's name (default <job name>-sweep-<yyyymmdd-hhmmss>); the same name again submits only "
+                   "the combinations not launched yet.")
+@click.option("--priority", type=int, default=None, metavar="N",
+              help="Set launch.priority to N for this submit (every job of a sweep).")
 @pass_app
 def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
-               as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool) -> None:
+               as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool, sweeps: tuple[str, ...],
+               sweep_name: str | None, priority: int | None) -> None:
     """Validate, sync the workspace, set up and launch a job.
 
     \b
@@ -44,13 +56,27 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
       orch submit job.yaml --follow --watch      # stream the log, fetch checkpoints as they come
       orch submit job.yaml --dry-run
       orch submit job.yaml --pull-remote-edits   # after editing on the server in VSCode
+      orch submit job.yaml --sweep train.lr=1e-4,3e-4 --sweep train.lora.r=8,16   # 4 jobs
+      orch submit job.yaml --sweep env.LR=1e-4,3e-4 --sweep-name lr-try
     """
     loaded = load_spec(spec_file)
-    laptop_checks(loaded)  # the same checks as `orch check`, before connecting
     if force and pull_remote_edits:
         raise UsageError("--force overwrites the server's edits, --pull-remote-edits keeps them: choose one")
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--watch-interval and --keep-checkpoints go with --watch")
+    overrides = [Axis("launch.priority", ((priority, str(priority)),), "--priority")] if priority is not None else []
+    axes = axes_of(loaded, sweeps)
+    if axes:
+        if follow or watch:
+            raise UsageError("--follow and --watch follow one job and a sweep starts several: "
+                             "orch status --sweep NAME -w, or orch logs JOB -f for one of them")
+        submit_a_sweep(app, loaded, axes, overrides, sweep_name, dry_run, force, pull_remote_edits, as_json)
+        return
+    if sweep_name is not None:
+        raise UsageError("--sweep-name names a sweep: give --sweep KEY=V1,V2 or a sweep: block in the job file")
+    if overrides:
+        loaded = expand(loaded, [], overrides, None)[0].loaded
+    laptop_checks(loaded)  # the same checks as `orch check`, before connecting
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
         done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
                       pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
@@ -77,6 +103,39 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                        keep_checkpoints)
     if status.get("state") != "succeeded":
         raise SystemExit(1)
+
+
+def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], name: str | None,
+                   dry_run: bool, force: bool, pull_remote_edits: bool, as_json: bool) -> None:
+    """Every combination validated and checked before connecting, then submitted on shared
+    connections; one stdout line per job (``JOB_ID  HOST  values``) or, with ``--json``, a list."""
+    from datetime import datetime
+
+    from orchestrator.sweep import check_each, check_name, default_name
+    from orchestrator.sweeplaunch import submit_sweep
+
+    name = check_name(name) if name else default_name(loaded.spec.name, lambda n: bool(app.registry.sweep_jobs(n)),
+                                                      datetime.now())
+    slurm = frozenset(h.name for h in map(app.inventory.resolve, loaded.spec.hosts) if h.slurm)
+    combos = expand(loaded, axes, overrides, name, slurm)
+    check_each(combos, laptop_checks)  # the same checks as `orch check`, on every combination
+    jobs = submit_sweep(name, combos, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
+                        pull_remote_edits=pull_remote_edits)
+    if dry_run:
+        for job in jobs:
+            click.echo(f"# combination {job.combo.index}/{job.combo.total} ({job.combo.label}) on {job.combo.host}")
+            click.echo(plan_text(job.plan) if job.plan else f"# launched already: {job.job_id}")
+        return
+    results = [{"job_id": j.job_id, "sweep": name, "combination": j.combo.index, "combinations": j.combo.total,
+                "values": {k: v for k, v, _ in j.combo.values}, "host": j.combo.host,
+                "job_dir": j.plan.job_dir if j.plan else None, "state": j.state,
+                "skipped": j.skipped} for j in jobs]
+    if as_json:
+        app.json(results)
+    else:
+        for job in jobs:
+            click.echo(f"{job.job_id}  {job.combo.host}  {job.combo.short_label()}")
+    app.say(f"sweep {name}: {len(jobs)} job(s) — orch status --sweep {name}; orch plot --sweep {name}")
 
 
 COMMANDS = [submit_cmd]

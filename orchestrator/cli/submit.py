@@ -119,6 +119,10 @@ def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: li
     slurm = frozenset(h.name for h in map(app.inventory.resolve, loaded.spec.hosts) if h.slurm)
     combos = expand(loaded, axes, overrides, name, slurm)
     check_each(combos, laptop_checks)  # the same checks as `orch check`, on every combination
+    for axis in axes:  # env.NAME may add a variable; one the job file does not set is often a typo
+        if axis.key.startswith("env.") and axis.key[4:] not in loaded.spec.env:
+            app.say(f"warning: {axis.key}: the job file's env: has no {axis.key[4:]} (a typo? set: "
+                    f"{', '.join(sorted(loaded.spec.env)) or 'none'}); each job gets it as a new variable")
     jobs = submit_sweep(name, combos, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
                         pull_remote_edits=pull_remote_edits)
     if dry_run:

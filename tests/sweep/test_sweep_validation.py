@@ -98,3 +98,13 @@ def test_status_and_plot_of_an_unknown_sweep_are_exit_2(orch: Orch) -> None:
     assert "no sweep 'nope'" in orch("plot", "--sweep", "nope", check=2).stderr
     assert "give a JOB" in orch("plot", check=2).stderr
     assert "not both" in orch("status", "x", "--sweep", "nope", check=2).stderr
+
+
+def test_an_env_key_the_job_file_does_not_set_is_warned_about(orch: Orch) -> None:
+    path = orch.cwd / "own.yaml"
+    (orch.cwd / "ws").mkdir(exist_ok=True)
+    path.write_text("name: own\nhosts: [local]\nworkspace: {path: ws}\nenv: {LR: '1e-4'}\n"
+                    "launch: {command: [python, -c, pass]}\n")
+    out = orch("submit", str(path), "--sweep", "env.LRR=1e-4,3e-4", "--dry-run")
+    assert "warning: env.LRR: the job file's env: has no LRR (a typo? set: LR)" in out.stderr
+    assert "warning" not in orch("submit", str(path), "--sweep", "env.LR=1e-4,3e-4", "--dry-run").stderr

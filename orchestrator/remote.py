@@ -146,7 +146,10 @@ class Remote:
         """Start streaming request ``op`` on a session of its own until its reply."""
         checked = protocol.check_args(op, args)
         session = self._take()
-        session.request(op, checked)
+        try:
+            session.request(op, checked)
+        except HelperEnded as exc:
+            raise self._broken(op, session, exc) from None
         return StreamCall(session, op, self._give, self._broken)
 
     def finish(self, call: StreamCall, what: str = "") -> dict[str, Any]:

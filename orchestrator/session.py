@@ -57,17 +57,26 @@ class Session:
         return before
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
-        self.proc.write(frame(kind, payload))
+        self._write(frame(kind, payload))
+
+    def _write(self, data: bytes) -> None:
+        """Write to the helper; one that has ended (a closed pipe) is ``HelperEnded``, so its
+        exit code and stderr explain it, never a bare BrokenPipeError."""
+        try:
+            self.proc.write(data)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self.broken = True
+            raise HelperEnded(f"orch's helper stopped reading ({exc.strerror or exc})".encode()) from None
 
     def request(self, op: str, args: dict[str, Any]) -> None:
         """Send request ``op``. Tests: pause point ``<op>-half-sent`` holds the frame half
         written, ``<op>-sent`` after it (``testhooks.py``)."""
         data = frame(REQUEST, json.dumps({"op": op, "args": args}).encode("utf-8"))
         if os.environ.get("ORCH_TEST_PAUSE", "").startswith(f"{op}-half-sent:"):
-            self.proc.write(data[:len(data) // 2])
+            self._write(data[:len(data) // 2])
             pause(f"{op}-half-sent")
             data = data[len(data) // 2:]
-        self.proc.write(data)
+        self._write(data)
         pause(f"{op}-sent")
 
     def next_frame(self) -> tuple[bytes, bytes]:
@@ -142,8 +151,11 @@ class StreamCall(Process):
         self._input_done = not protocol.REQUESTS[op].reads
 
     def write(self, data: bytes) -> None:
-        for start in range(0, len(data), 1 << 20):
-            self.session.send(DATA, data[start:start + (1 << 20)])
+        try:
+            for start in range(0, len(data), 1 << 20):
+                self.session.send(DATA, data[start:start + (1 << 20)])
+        except HelperEnded as exc:
+            raise self._broken(self.op, self.session, exc) from None
 
     def close_stdin(self) -> None:
         if not self._input_done:

@@ -147,6 +147,13 @@ def test_a_garbled_frame_and_a_dying_helper_are_clear_errors(tmp_path: Path) -> 
         dying.call("hello")
 
 
+def test_a_helper_that_stopped_reading_is_its_own_error_not_a_broken_pipe(tmp_path: Path) -> None:
+    closed = _fake_helper(tmp_path, "import os, time\nsys.stderr.write('boom\\n'); sys.stderr.flush(); os.close(0)\n"
+                                    "out.write(MAGIC); out.flush(); time.sleep(0.5); sys.exit(3)\n")
+    with pytest.raises(CommandFailed, match=r"(?s)orch's helper \(during hello\) failed on box .*boom"):
+        closed.call("hello")  # the request's write meets a closed pipe every time: never a bare BrokenPipeError
+
+
 def test_a_chatty_login_profile_is_skipped(tmp_path: Path) -> None:
     remote = _fake_helper(tmp_path, "print('Welcome to your GPU box!', flush=True)\nout.write(MAGIC); "
                                     "sys.stdin.buffer.read(5)\nframe(b'R', json.dumps({'port': 5, 'hostname': 'h'}).encode())\n")

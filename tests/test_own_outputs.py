@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.fetch import Entry, local_names
+from orchestrator.manifestcheck import Entry, local_names
 from tests.conftest import Orch, write_job
 
 TUTORIAL = """\

@@ -99,6 +99,20 @@ class SweepEntry:
         return [(str(v[0]), str(v[2])) for v in self.values if isinstance(v, list) and len(v) == 3]
 
 
+def _wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """Switch to WAL. Switching needs the database to itself, and SQLite answers "locked" at
+    once (no busy wait) while another process creates it: try again for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Registry:
     def __init__(self, home: Path | None = None) -> None:
         """Open (or create) ``registry.db``. A file that is not a sound orch registry —
@@ -107,7 +121,7 @@ class Registry:
         self.path = (home or orch_home()) / "registry.db"
         try:
             with closing(self._connect()) as db, db:
-                db.execute("PRAGMA journal_mode=WAL")
+                _wal(db)
                 db.execute(SCHEMA)
                 db.execute(SWEEP_SCHEMA)
                 db.execute("CREATE INDEX IF NOT EXISTS sweep_jobs_by_sweep ON sweep_jobs (sweep, combination)")

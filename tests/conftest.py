@@ -159,6 +159,19 @@ def host(request: pytest.FixtureRequest, orch: Orch) -> str:
     return request.getfixturevalue("box")
 
 
+def exact_workspace(cwd: Path, assets: Path) -> Path:
+    """``cwd/ws`` holding the tiny assets (once) with the model's dropout off, so runs can be
+    compared bit for bit: the workspace of the trainer jobs the end-to-end tests submit."""
+    ws = cwd / "ws"
+    if not ws.exists():
+        shutil.copytree(assets, ws / "assets")
+        config = ws / "assets" / "tiny-gpt2" / "config.json"
+        cfg = json.loads(config.read_text())
+        cfg.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        config.write_text(json.dumps(cfg))
+    return ws
+
+
 def dead_port() -> int:
     """A loopback port nothing listens on."""
     import socket

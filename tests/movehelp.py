@@ -4,26 +4,19 @@ often and can be slowed down, waiting on a condition, and reading what a run lef
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import Orch
+from tests.conftest import Orch, exact_workspace
 
 
 def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float = 0.0, steps: int = 12) -> Path:
     """A LoRA job of the tiny GPT-2 (fp32, no dropout: exact) checkpointing every 3 steps;
     ``delay`` seconds after each step (the trainer's test hook; no number changes)."""
-    ws = orch.cwd / "ws"
-    if not ws.exists():
-        shutil.copytree(assets, ws / "assets")
-        config = ws / "assets" / "tiny-gpt2" / "config.json"
-        cfg = json.loads(config.read_text())
-        cfg.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        config.write_text(json.dumps(cfg))
+    exact_workspace(orch.cwd, assets)
     spec = orch.cwd / f"{name}.yaml"
     spec.write_text(json.dumps({
         "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": {"nproc_per_node": 1},

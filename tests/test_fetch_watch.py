@@ -143,6 +143,13 @@ def open_gate(orch: Orch, job: str, step: int) -> None:
     (orch.job_dir(job) / "gate").write_text(str(step))
 
 
+def release_each_step(orch: Orch, job: str, local: Path, steps: int = 3) -> None:
+    """Let the job write its checkpoints one at a time, each only once the watch has it here."""
+    for step in range(1, steps + 1):
+        open_gate(orch, job, step)
+        wait_until(lambda: step in steps_here(local), f"step-{step} on the laptop")
+
+
 def assert_final_fetch_equals_a_plain_fetch(orch: Orch, job: str) -> None:
     """A plain fetch after the watch moves nothing, and the laptop's copy is the server's
     selection (checkpoints included), no hidden folder or .part left (the move kit,
@@ -192,9 +199,7 @@ def test_watch_of_a_failing_job_exits_1_and_keep_checkpoints_keeps_them_all(orch
     local = orch.cwd / "runs" / job / "checkpoints"
     watch = Watcher(orch, ["fetch", job, "--watch", "--interval", "0.2", "--keep-checkpoints"])
     try:
-        for step in range(1, 4):
-            open_gate(orch, job, step)
-            wait_until(lambda: step in steps_here(local), f"step-{step} on the laptop")
+        release_each_step(orch, job, local)
         code, out, err = watch.finish()
     finally:
         watch.proc.kill()
@@ -255,9 +260,7 @@ def test_submit_follow_watch_streams_the_log_and_keeps_the_copy_current(orch: Or
         wait_until(lambda: bool(launched()), "the job folder on the server")
         job = launched()[0].name
         local = orch.cwd / "runs" / job / "checkpoints"
-        for step in range(1, 4):
-            open_gate(orch, job, step)
-            wait_until(lambda: step in steps_here(local), f"step-{step} on the laptop while following")
+        release_each_step(orch, job, local)
         code, out, err = watch.finish()
     finally:
         watch.proc.kill()

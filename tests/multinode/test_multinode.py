@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -17,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from remote_payload.common import group_alive
-from tests.conftest import Orch
+from tests.conftest import Orch, exact_workspace
 from tests.netns import Cluster
 
 
@@ -32,13 +31,7 @@ def two_nodes(orch: Orch, cluster: Cluster) -> list[str]:
 
 
 def train_spec(orch: Orch, assets: Path, hosts: list[str], nproc: int, max_steps: int, name: str) -> Path:
-    ws = orch.cwd / "ws"
-    if not ws.exists():
-        shutil.copytree(assets, ws / "assets")
-        config = ws / "assets" / "tiny-gpt2" / "config.json"
-        cfg = json.loads(config.read_text())
-        cfg.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # exact comparisons need no dropout
-        config.write_text(json.dumps(cfg))
+    exact_workspace(orch.cwd, assets)
     spec = orch.cwd / f"{name}.yaml"
     spec.write_text(json.dumps({
         "name": name, "hosts": hosts, "workspace": {"path": "ws"}, "launch": {"nproc_per_node": nproc},

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import Orch
+from tests.conftest import Orch, exact_workspace
 from tests.faults.proxy import FaultProxy
 from tests.slurm import SlurmCluster, SlurmLogin, available, start_slurm, wait_for
 from tests.sshd import SSHServer
@@ -72,13 +72,7 @@ def test_own_script_runs_under_torchrun_in_an_allocation(orch: Orch, lab: str, s
 def train_spec(orch: Orch, assets: Path, host: str, name: str, launch: dict, max_steps: int = 6,
                env: dict | None = None) -> Path:
     """The built-in trainer on the tiny GPT-2 with LoRA, no dropout (exact comparisons)."""
-    ws = orch.cwd / "ws"
-    if not ws.exists():
-        shutil.copytree(assets, ws / "assets")
-        config = ws / "assets" / "tiny-gpt2" / "config.json"
-        cfg = json.loads(config.read_text())
-        cfg.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        config.write_text(json.dumps(cfg))
+    exact_workspace(orch.cwd, assets)
     spec = orch.cwd / f"{name}.yaml"
     spec.write_text(json.dumps({
         "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": launch, "env": env or {},

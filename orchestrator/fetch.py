@@ -136,7 +136,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
                 or not isinstance(size, int) or not 0 <= size <= entry.size - req["offset"]:
             raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
         try:
-            summary.bytes += _receive(reader, dest, entry, req["offset"], size)
+            summary.bytes += receive_file(reader, dest, entry, req["offset"], size)
         except ChangedWhileFetching as exc:
             if not running:
                 raise RemoteError(str(exc)) from None
@@ -177,13 +177,14 @@ class _Hasher:
         return self.h.hexdigest()
 
 
-def _receive(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int) -> int:
-    """Append ``size`` streamed bytes to the ``.part`` file at ``offset``; rename it into
-    place only when it has the manifest's size and sha256. A laptop-side write failure (the
-    disk is full, a folder not writable) is a ``LocalFileError`` naming the file; the
-    ``.part`` keeps what was written, so the same fetch resumes once the cause is fixed."""
+def receive_file(reader: FileStream, dest: Path, entry: Entry, offset: int, size: int, suffix: str = ".part") -> int:
+    """Append ``size`` streamed bytes to the ``<name><suffix>`` file at ``offset``; rename it
+    into place only when it has the manifest's size and sha256 (else it is deleted and
+    ``ChangedWhileFetching`` raised). A laptop-side write failure (the disk is full, a folder
+    not writable) is a ``LocalFileError`` naming the file; the part keeps what was written, so
+    the same fetch resumes once the cause is fixed."""
     final = dest / entry.local
-    part = dest / (entry.local + ".part")
+    part = dest / (entry.local + suffix)
     h = _Hasher()
     remaining = size
     try:

@@ -124,13 +124,14 @@ def open_source(record: JobRecord, inventory: Inventory, runs: Path, stack: Exit
     errors: list[str] = []
 
     def connect(name: str) -> Remote | None:
+        host = inventory.get(name)
         try:
-            transport = open_transport(inventory.get(name), inventory, never)
+            transport = open_transport(host, inventory, never)
         except (HostError, UsageError) as exc:
             errors.append(str(exc).splitlines()[0])
             return None
         stack.enter_context(transport)
-        return Remote(inventory.get(name), transport)
+        return Remote(host, transport)
 
     remotes = parallel(connect, record.hosts)
     if any(r is not None for r in remotes):

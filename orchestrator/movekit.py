@@ -12,7 +12,6 @@ paths) is hard-linked, not downloaded again. ``orch fetch --watch`` calls ``keep
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,7 +20,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.errors import RemoteError
+from orchestrator.fetch import ChangedWhileFetching, receive_file
 from orchestrator.jobs import parallel
+from orchestrator.manifestcheck import BAD_CHARS, SHA_RE, Entry
 from orchestrator.remote import FileStream, Remote
 from remote_payload.common import atomic_write_json, sha256_file
 from remote_payload.protocol import ACTIVE
@@ -30,7 +31,6 @@ KIT_DIR = ".orch-job"
 RECORD = "move.json"
 PART = ".orch-part"
 _STEP = re.compile(r"^checkpoints/step-(\d+)$")
-_BAD = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def step_of(checkpoint: str | None) -> int:
 
 def safe_path(rel: Any) -> bool:
     """A listing path that stays inside the folder it names a file of (listings are untrusted)."""
-    return (isinstance(rel, str) and bool(rel) and not rel.startswith("/") and not _BAD.search(rel)
+    return (isinstance(rel, str) and bool(rel) and not rel.startswith("/") and not BAD_CHARS.search(rel)
             and all(p not in ("", ".", "..") for p in rel.split("/")) and not rel.endswith(PART))
 
 
@@ -69,7 +69,7 @@ def checked_files(files: Any, where: str) -> list[dict[str, Any]]:
     out = []
     for f in files if isinstance(files, list) else [None]:
         if not (isinstance(f, dict) and safe_path(f.get("path")) and isinstance(f.get("size"), int) and f["size"] >= 0
-                and isinstance(f.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", f["sha256"])
+                and isinstance(f.get("sha256"), str) and SHA_RE.fullmatch(f["sha256"])
                 and isinstance(f.get("mtime_ns"), int)):
             raise RemoteError(f"{where}: the move listing holds an odd entry {ascii(f)[:160]}")
         out.append(f)
@@ -184,23 +184,13 @@ def _download(remote: Remote, job_id: str, kit: Path, entries: list[dict[str, An
         size = header.get("size")
         if header.get("path") != entry["path"] or not isinstance(size, int) or not 0 <= size <= entry["size"]:
             raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
-        target = kit / entry["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(target.name + PART)
-        h = hashlib.sha256()
-        with open(part, "wb") as f:
-            remaining = size
-            while remaining:
-                data = stream.take(min(remaining, 1 << 20))
-                f.write(data)
-                h.update(data)
-                remaining -= len(data)
-        if size != entry["size"] or h.hexdigest() != entry["sha256"]:
-            part.unlink()
+        try:
+            receive_file(stream, kit, Entry(entry["path"], entry["size"], entry["sha256"], entry["path"]), 0, size,
+                         suffix=PART)
+        except ChangedWhileFetching:
             changed.add(entry["path"])
             continue
-        os.utime(part, ns=(entry["mtime_ns"], entry["mtime_ns"]))
-        os.replace(part, target)
+        os.utime(kit / entry["path"], ns=(entry["mtime_ns"], entry["mtime_ns"]))
     if stream.header() != {"end": True}:
         raise RemoteError(f"{remote.host.name}: the file stream did not end cleanly")
     remote.finish(proc, "copying the job's files")

@@ -3,7 +3,7 @@
 `build_assets`: the tiny BPE tokenizer (tools/make_tiny_assets.py), a random-init GPT-2 (MODELS)
 and text lines longer than its text seq. `write_alpaca`: alpaca-style instruction rows of
 realistic, right-skewed length. What is guaranteed and measured: every example's *total tokenized
-length* as the built-in trainer sees it (remote_payload/data.py: the prompt template tokenized,
+length* as the built-in trainer sees it (remote_payload/trainer/data.py: the prompt template tokenized,
 the output tokenized without special tokens, plus EOS) is drawn from a log-normal (median
 `MEDIAN`, sigma `SIGMA`) truncated to [`MIN_LEN`, `LONGEST`] (values outside are redrawn: no spike
 at the bounds), then the text is cut to that length; `length_stats` re-measures the final text.
@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-# The built-in trainer's templates (remote_payload/data.py, commit f309d2b); the bench's other
+# The built-in trainer's templates (remote_payload/trainer/data.py, commit f309d2b); the bench's other
 # implementations format prompts with these too, so every implementation sees the same text.
 PROMPT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"

@@ -40,7 +40,7 @@ SCRIPT = 'print("hello from the job")\nprint("bye")\n'
 def finished_jobs(home: Path, count: int) -> None:
     """``count`` terminal jobs on ``local``, recorded through the real registry API."""
     sys.path.insert(0, str(REPO))
-    from orchestrator.registry import SUBMITTING, Registry
+    from orchestrator.state.registry import SUBMITTING, Registry
 
     registry = Registry(home)
     for i in range(count):

@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.latency_proxy import LatencyProxy
-from tests.sshd import SSHServer, start_sshd
+from tests.support.sshd import SSHServer, start_sshd
 
 __all__ = [
     "REPO",

@@ -19,7 +19,7 @@ Against (same sync + a detached launch):
   --identity KEY --root DIR --trust``; job ``python job.py MARKER`` (one process). One untimed
   submit of a tiny workspace runs before the timed ones: it installs orch's server payload and
   warms whatever orch keeps between commands. orch may keep a per-host connection holder in the
-  background (``orchestrator/holder.py`` as of 2026-11-30: one warm SSH connection per host,
+  background (``orchestrator/holder/daemon.py`` as of 2026-11-30: one warm SSH connection per host,
   exiting after ``ORCH_HOLD_IDLE_S``, default 600 s, idle or once ``ORCH_HOME`` is gone — the
   bench's temp dir, removed at the end); if it does, the timed runs use it, as a user's next
   command would, just as the ControlMaster anchor uses its master. orch is timed until the

@@ -113,7 +113,7 @@ def submit_table(a: argparse.Namespace) -> None:
     roots = {"local": home / "local"}
     rows = [(f"1 node × {n}", n, submit_run(home, work, repo, ["local"], n, a.steps, roots)) for n in (1, 2, 4)]
     if os.geteuid() == 0 and shutil.which("ip"):
-        from tests.netns import start_cluster
+        from tests.support.netns import start_cluster
 
         cluster = start_cluster(work / "cluster")
         try:

@@ -6,7 +6,7 @@ runs it: ``python -m orchestrator ...`` in a subprocess, its own ``ORCH_HOME``, 
 once with ``orch hosts add NAME --ssh "ssh -p PORT root@127.0.0.1" --identity KEY --root DIR
 --trust``, and one untimed submit first (payload install; it also warms whatever orch keeps
 between commands: orch may keep a per-host connection holder in the background,
-``orchestrator/holder.py`` as of 2026-11-30, which exits when idle for ``ORCH_HOLD_IDLE_S`` or
+``orchestrator/holder/daemon.py`` as of 2026-11-30, which exits when idle for ``ORCH_HOLD_IDLE_S`` or
 once ``ORCH_HOME`` — the bench's temp dir — is gone). orch is timed until the command returns.
 
 - **(a) first sync**: ``orch submit job.yaml --json`` (job: ``python -c pass``) of a fresh

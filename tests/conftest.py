@@ -20,19 +20,19 @@ from unittest.mock import patch
 
 import pytest
 
-from orchestrator import sync as syncmod
-from orchestrator import synccache
-from orchestrator.connect import open_transport
-from orchestrator.hosts import Host
-from orchestrator.remote import Remote
-from tests.sshd import SSHServer, start_sshd
+from orchestrator.sync import selection as syncmod
+from orchestrator.sync import record as synccache
+from orchestrator.access.connect import open_transport
+from orchestrator.hosts.inventory import Host
+from orchestrator.helper.remote import Remote
+from tests.support.sshd import SSHServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 HOLD_IDLE_S = "20"  # connection holders (docs/connections.md) of the tests idle out soon
 
 
 def stop_holders(home: Path) -> None:
-    from orchestrator.holdspawn import stop_holders as stop
+    from orchestrator.holder.spawn import stop_holders as stop
 
     stop(home, wait_s=5)
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.registry import Registry
+from orchestrator.state.registry import Registry
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.hosts import Inventory
+    from orchestrator.hosts.inventory import Inventory
 
 
 class App:
@@ -29,9 +29,9 @@ class App:
     notify = False  # --notify / ORCH_NOTIFY: a word on the laptop when a followed or watched job ends
 
     def job_ended(self, job_id: str, status: dict[str, Any]) -> None:
-        """Bell and desktop notification (``orchestrator/notify.py``) when asked for."""
+        """Bell and desktop notification (``orchestrator/display/notify.py``) when asked for."""
         if self.notify:
-            from orchestrator import notify
+            from orchestrator.display import notify
 
             notify.ended(job_id, status)
 
@@ -52,7 +52,7 @@ class App:
 
     @cached_property
     def inventory(self) -> Inventory:
-        from orchestrator.hosts import Inventory
+        from orchestrator.hosts.inventory import Inventory
 
         return Inventory()
 
@@ -83,7 +83,7 @@ pass_app = click.make_pass_decorator(App, ensure=True)
 
 
 def _set_notify(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    from orchestrator import notify
+    from orchestrator.display import notify
 
     ctx.ensure_object(App).notify = notify.wanted(value)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.jobs import cancel
-from remote_payload.protocol import GRACE_S
+from orchestrator.jobs.nodes import cancel
+from remote_payload.contract.protocol import GRACE_S
 from orchestrator.termtext import clean
 
 

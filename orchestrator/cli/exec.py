@@ -9,9 +9,10 @@ import time
 
 import click
 
-from orchestrator import shell
+from orchestrator.transport import shell
 from orchestrator.cli.app import App, pass_app
-from orchestrator.connect import never, open_transport
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
 from orchestrator.errors import UsageError
 from orchestrator.termtext import CleanDecoder
 from orchestrator.transport.base import Process

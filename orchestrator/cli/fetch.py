@@ -1,4 +1,4 @@
-"""``orch fetch`` (and ``orch fetch --watch``, orchestrator/watch.py)."""
+"""``orch fetch`` (and ``orch fetch --watch``, orchestrator/fetch/watch.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.fetch import fetch, nothing_selected
-from orchestrator.registry import JobRecord
+from orchestrator.fetch.download import fetch, nothing_selected
+from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line
-from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
+from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("fetch")

@@ -10,16 +10,18 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator import keys
+from orchestrator.access import keys
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.check import run_preflight
-from orchestrator.connect import ask_on_tty, never, open_transport
-from orchestrator.errors import CommandFailed, HostError, HostKeyError, NotSaved, OrchError, UsageError
-from orchestrator.hosts import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
-from orchestrator.preflight import Needs
-from orchestrator.presets import PRESETS
-from orchestrator.remote import Remote
-from orchestrator.spec import ENV_KEY_RE
+from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.transport.base import never
+from orchestrator.transport.base import CommandFailed
+from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
+from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
+from orchestrator.checks.preflight import Needs
+from orchestrator.hosts.presets import PRESETS
+from orchestrator.helper.remote import Remote
+from orchestrator.spec.model import ENV_KEY_RE
 from orchestrator.testhooks import pause
 
 
@@ -262,7 +264,7 @@ def disconnect_cmd(app: App, name: str | None) -> None:
 
     The next command connects directly and starts a new one (docs/connections.md).
     """
-    from orchestrator.holdspawn import stop_holders
+    from orchestrator.holder.spawn import stop_holders
 
     target = None
     if name is not None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from orchestrator import logcache
+from orchestrator.jobs import logcache
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.registry import JobRecord
+from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line, one_line
 
 
@@ -18,8 +18,8 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
                   tail: int | None = None, remotes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
     On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
-    from orchestrator.logs import stream_logs
-    from orchestrator.progress import FollowBar
+    from orchestrator.jobs.logs import stream_logs
+    from orchestrator.display.progress import FollowBar
 
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
     try:
@@ -78,7 +78,7 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
     if follow:
         follow_to_end(app, record, node=node, tail=tail)
         return
-    from orchestrator.logs import stream_logs
+    from orchestrator.jobs.logs import stream_logs
 
     stream_logs(record, app.inventory, app.registry, write=app.write, say=app.say, node=node, tail=tail)
 

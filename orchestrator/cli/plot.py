@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from orchestrator import runs
+from orchestrator.state import runs
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.plot import legend_labels, overlay, read_metrics, save_figure, save_plot, series
-from orchestrator.sweepstatus import members
+from orchestrator.display.plot import legend_labels, overlay, read_metrics, save_figure, save_plot, series
+from orchestrator.sweep.status import members
 
 
 @click.command("plot")

@@ -1,4 +1,4 @@
-"""``orch queue [HOST]``: each host's GPU queue (remote_payload/gpuqueue.py, docs/queue.md).
+"""``orch queue [HOST]``: each host's GPU queue (remote_payload/gpuqueue/queue.py, docs/queue.md).
 
 One ``queue`` request per host, asked in parallel. The reply is untrusted: every GPU and job
 row is checked against ``GPU_ROW`` / ``JOB_ROW`` (a malformed one is ``RemoteError``, exit 4),
@@ -16,10 +16,10 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import OrchError, RemoteError, UsageError
-from orchestrator.registry import TERMINAL
-from orchestrator.table import Column, fit
+from orchestrator.state.registry import TERMINAL
+from orchestrator.display.table import Column, fit
 from orchestrator.termtext import clean
-from remote_payload.protocol import NONE, NUMBER, OPT, REQUIRED, ProtocolError, Shape, check_shape
+from remote_payload.contract.protocol import NONE, NUMBER, OPT, REQUIRED, ProtocolError, Shape, check_shape
 
 GPU_ROW: Shape = {"index": (int, REQUIRED), "uuid": (str, REQUIRED), "total_mib": ((int, NONE), OPT),
                   "used_mib": ((int, NONE), OPT), "busy": (bool, REQUIRED), "holder": ((str, NONE), OPT)}
@@ -113,7 +113,7 @@ def queue_cmd(app: App, host: str | None, as_json: bool, wide: bool) -> None:
       orch queue box --json
     """
     from orchestrator.cli.status import width_for
-    from orchestrator.jobs import call_node, parallel
+    from orchestrator.jobs.nodes import call_node, parallel
 
     names = hosts_to_ask(app, host)
     if not names:

@@ -38,14 +38,14 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool
     """
     record = app.registry.get(job)
     if on:
-        from orchestrator.connect import ask_on_tty
-        from orchestrator.move import move
+        from orchestrator.access.connect import ask_on_tty
+        from orchestrator.move.resume_on import move
 
         move(record, list(on), app.inventory, app.registry, runs=runs, say=app.say, trust=ask_on_tty, direct=direct)
         record = app.registry.get(record.job_id)
     else:
         from orchestrator.errors import HostError
-        from orchestrator.jobs import resume
+        from orchestrator.jobs.nodes import resume
 
         try:
             resume(record, app.inventory, app.registry)

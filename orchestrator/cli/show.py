@@ -8,10 +8,11 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.logs import report_new_job
-from orchestrator.connect import never, open_transport
-from orchestrator.launch import rerun
-from orchestrator.registry import SweepEntry
-from orchestrator.remote import Remote
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
+from orchestrator.jobs.submit import rerun
+from orchestrator.state.registry import SweepEntry
+from orchestrator.helper.remote import Remote
 from orchestrator.termtext import clean
 
 

@@ -27,8 +27,8 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.progress import JobProgress, StatusRow, row_fields, status_lines
-from orchestrator.registry import TERMINAL, JobRecord
+from orchestrator.display.progress import JobProgress, StatusRow, row_fields, status_lines
+from orchestrator.state.registry import TERMINAL, JobRecord
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
     connection per host; nodes aggregated), see jobs.refresh — imported only then."""
     if all(r.state in TERMINAL for r in records):
         return {r.job_id: r.status() for r in records}
-    from orchestrator import jobs
+    from orchestrator.jobs import nodes as jobs
 
     return jobs.refresh(records, app.inventory, app.registry, app.say)
 
@@ -51,7 +51,7 @@ def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
 def _total_steps(spec_path: str) -> int | None:
     """``train.max_steps`` from the job's spec file, when it is still there and readable
     (read once per process: ``status -w`` refreshes often)."""
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
 
     try:
         train = load_spec(spec_path).spec.train
@@ -173,7 +173,7 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
     """
     if job and sweep is not None:
         raise UsageError("give JOB or --sweep NAME, not both")
-    from orchestrator import sweepstatus  # light: the registry and the table only
+    from orchestrator.sweep import status as sweepstatus  # light: the registry and the table only
 
     found = sweepstatus.members(app.registry, sweep) if sweep is not None else None
     records = [r for r, _ in found] if found is not None else [app.registry.get(job)] if job else app.registry.all()
@@ -203,7 +203,7 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
         return
     from rich.live import Live
 
-    from orchestrator.notify import Transitions
+    from orchestrator.display.notify import Transitions
 
     done, seen = 0, Transitions()
     try:

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
-from orchestrator.checks import laptop_checks
+from orchestrator.checks.laptop import laptop_checks
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
 from orchestrator.errors import UsageError
-from orchestrator.launch import submit
-from orchestrator.plan import plan_text
-from orchestrator.spec import LoadedSpec, load_spec
-from orchestrator.sweep import Axis, axes_of, expand
-from orchestrator.watch import DEFAULT_INTERVAL_S, Watch
+from orchestrator.jobs.submit import submit
+from orchestrator.plan.build import plan_text
+from orchestrator.spec.load import LoadedSpec, load_spec
+from orchestrator.sweep.expand import Axis, axes_of, expand
+from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("submit")
@@ -111,8 +111,8 @@ def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: li
     connections; one stdout line per job (``JOB_ID  HOST  values``) or, with ``--json``, a list."""
     from datetime import datetime
 
-    from orchestrator.sweep import check_each, check_name, default_name
-    from orchestrator.sweeplaunch import submit_sweep
+    from orchestrator.sweep.expand import check_each, check_name, default_name
+    from orchestrator.sweep.launch import submit_sweep
 
     name = check_name(name) if name else default_name(loaded.spec.name, lambda n: bool(app.registry.sweep_jobs(n)),
                                                       datetime.now())

@@ -9,12 +9,13 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.connect import never, open_transport
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
 from orchestrator.errors import UsageError
-from orchestrator.hosts import Host
-from orchestrator.remote import Remote
-from orchestrator.sshconfig import alias, own_config, render_block, user_ssh_config, write_block
-from orchestrator.sync import project_name
+from orchestrator.hosts.inventory import Host
+from orchestrator.helper.remote import Remote
+from orchestrator.hosts.sshconfig import alias, own_config, render_block, user_ssh_config, write_block
+from orchestrator.sync.selection import project_name
 
 
 def _block(app: App) -> str:

@@ -1,4 +1,5 @@
-"""The one narrow transport interface and its ``Result`` record.
+"""The one narrow transport interface, its ``Result`` record, and ``CommandFailed`` (what ran,
+its exit code and its last lines, for a person).
 
 A transport runs an argv list on its host: ``start`` gives a streaming ``Process``;
 ``run`` is ``start`` + feed stdin + collect output, with an optional timeout. Both the SSH
@@ -7,10 +8,16 @@ and the local transport implement only ``start`` and ``close``.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
+
+from orchestrator.errors import RemoteError
+
+RAN_MAX_CHARS = 160      # what a CommandFailed message shows of the command that ran
+WORD_MAX_CHARS = 60      # a longer argv word (a script, a JSON blob) is shown as a placeholder
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,11 @@ class Transport(ABC):
         self.close()
 
 
+def never(fingerprint: str) -> bool:
+    """A ``trust`` answer that accepts no new host key: the pinned one only."""
+    return False
+
+
 def _feed(proc: Process, data: bytes) -> None:
     try:
         if data:
@@ -115,3 +127,49 @@ def _feed(proc: Process, data: bytes) -> None:
         proc.close_stdin()
     except OSError:
         pass  # the command exited without reading all of its input; its exit code tells
+
+
+class CommandFailed(RemoteError):
+    """A remote command exited non-zero; carries the ``Result`` for the message. The
+    command is shown summarised (``short_command``): never a helper's whole source."""
+
+    def __init__(self, result: Result, what: str = "") -> None:
+        assert isinstance(result, Result)
+        self.result = result
+        tail = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()[-8:]
+        head = f"{what} failed" if what else "remote command failed"
+        lines = [f"{head} on {result.host} (exit {result.exit_code})", f"  ran: {short_command(result.command)}"]
+        lines += [f"  | {line}" for line in tail]
+        super().__init__("\n".join(lines))
+
+
+def short_command(command: str, limit: int = RAN_MAX_CHARS) -> str:
+    """A one-line summary of a quoted command for messages: a word that spans lines (the
+    helper's source, a script) becomes ``<script, N lines>``, a long one ``<N chars>``; the
+    command word of ``bash -lc``/``sh -c`` is summarised the same way inside; at most
+    ``limit`` characters. For showing only, never for running."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = [command]
+    text = " ".join(_summarise(words, 0))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _summarise(words: list[str], depth: int) -> list[str]:
+    out: list[str] = []
+    shell = bool(words) and words[0].rsplit("/", 1)[-1] in ("bash", "sh")
+    for i, word in enumerate(words):
+        if shell and depth < 2 and i > 0 and words[i - 1] in ("-c", "-lc"):
+            try:
+                out.append(shlex.quote(" ".join(_summarise(shlex.split(word), depth + 1))))
+                continue
+            except ValueError:
+                pass
+        if "\n" in word:
+            out.append(f"<script, {word.count(chr(10)) + 1} lines>")
+        elif len(word) > WORD_MAX_CHARS:
+            out.append(f"<{len(word)} chars>")
+        else:
+            out.append(shlex.quote(word))
+    return out

@@ -6,7 +6,7 @@ import subprocess
 import threading
 from typing import Sequence
 
-from orchestrator import shell
+from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
 
 

@@ -1,0 +1,56 @@
+"""Open the right transport for a host and pin new host keys in the inventory.
+
+An SSH host with a pinned host key goes through its connection holder when one is running
+(``transport/held.py``; docs/connections.md); otherwise it connects directly and starts a
+holder in the background for the next command. ``ORCH_HOLD=0`` turns holders off.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.holder import client as held
+from orchestrator.ask import confirm
+from orchestrator.transport.base import Transport, never
+from orchestrator.transport.local import LocalTransport
+
+
+def ask_on_tty(fingerprint: str) -> bool:
+    """Ask a person at a terminal; a non-interactive run never trusts an unknown key."""
+    return confirm(f"The host presents the key {fingerprint}. Trust it and pin it?", default=False) is True
+
+
+def open_transport(host: Host, inventory: Inventory | None = None,
+                   trust: Callable[[str], bool] = ask_on_tty,
+                   pin: Callable[[str], None] | None = None) -> Transport:
+    """Connect to ``host``. A key accepted through ``trust`` goes to ``pin`` when given
+    (``orch hosts add`` keeps it in memory until the entry is complete); otherwise it is
+    pinned in the inventory entry (when the host is an inventory entry).
+
+    A host with a pinned key: its holder's connection when one answers (a holder only ever
+    connects with the pinned key, and its socket's name covers that key and the credentials),
+    else a direct connection, after which a holder is started without waiting for it. A host
+    without one (first contact) always connects directly."""
+    if host.kind == "local":
+        return LocalTransport(host.name)
+
+    def save_pin(line: str) -> None:
+        if inventory is not None and (inventory.dir / f"{host.name}.json").is_file():
+            inventory.save(inventory.get(host.name).model_copy(update={"host_key": line}))
+
+    def direct() -> Transport:
+        from orchestrator.transport.ssh import SSHTransport
+
+        return SSHTransport(host, trust=trust, on_new_key=pin or save_pin)
+
+    if not host.host_key or not held.enabled():
+        return direct()
+    transport = held.reach(host, direct)
+    if transport is not None:
+        return transport
+    connected = direct()
+    from orchestrator.holder.spawn import spawn
+
+    spawn(host)
+    return connected

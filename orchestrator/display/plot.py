@@ -1,0 +1,168 @@
+"""Training curves from ``metrics.jsonl``: loss (train and eval), lr and tokens/s by step.
+
+The file is the built-in trainer's, a user script's own (docs/own-script.md) or the rows the
+supervisor read from a Hugging Face Trainer log; ``learning_rate`` is read as ``lr``.
+``read_metrics`` takes the fetched copy (``runs/<job>/metrics.jsonl``) when there is one,
+else reads the job's file with one ``cat`` (an argv list, like every remote command) on the
+first of the job's hosts that has one (rank 0, which writes it, may run on any node). Lines
+from the server are untrusted: anything that is not a JSON object with a numeric ``step`` is
+skipped. matplotlib is an optional extra (``pip install matplotlib``, or the ``plot`` extra of the ``orch-gpu`` distribution)
+and is imported only when drawing.
+
+``overlay`` draws several jobs in one figure (``orch plot JOB1 JOB2 ...``, ``orch plot --sweep
+NAME``), labelled by ``legend_labels``: a sweep's varied values, else job ids.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
+from orchestrator.errors import UsageError
+from orchestrator.hosts.inventory import Inventory
+from orchestrator.state.registry import JobRecord, SweepEntry, short_ids
+from orchestrator.spec.sweepkeys import label, short_keys
+
+MAX_BYTES = 256 << 20
+SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}
+ALIASES = {"learning_rate": "lr"}
+
+
+def parse_metrics(text: str) -> list[dict[str, float]]:
+    """Rows with a finite numeric ``step``; only the numeric fields of ``SERIES`` kept."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(value, dict) or not _finite(value.get("step")):
+            continue
+        row = {"step": float(value["step"])}
+        row.update({ALIASES[k]: float(v) for k, v in value.items() if k in ALIASES and _finite(v)})
+        row.update({k: float(value[k]) for k in SERIES if _finite(value.get(k))})
+        rows.append(row)
+    return rows
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_metrics(record: JobRecord, inventory: Inventory, runs: Path) -> tuple[list[dict[str, float]], str]:
+    """(rows, where they came from). Local fetched copy first, else the host's file."""
+    local = runs / record.job_id / "metrics.jsonl"
+    if local.is_file():
+        return parse_metrics(local.read_text(encoding="utf-8", errors="replace")), str(local)
+    path = record.job_dir.rstrip("/") + "/metrics.jsonl"
+    for name in record.hosts:
+        host = inventory.get(name)
+        with open_transport(host, inventory, never) as transport:
+            result = transport.run(["cat", "--", path], timeout=120)
+        if result.ok:
+            return parse_metrics(result.stdout[:MAX_BYTES].decode("utf-8", "replace")), f"{host.name}:{path}"
+    raise UsageError(f"{record.job_id} has no metrics.jsonl yet ({path} on {', '.join(record.hosts)}): the built-in "
+                     "trainer writes it every log_every steps; your own script: report() or a Hugging Face "
+                     "Trainer log (docs/own-script.md)")
+
+
+def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    points = [(r["step"], r[key]) for r in rows if key in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend; ``UsageError`` saying how to install it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("orch plot needs matplotlib: pip install matplotlib (from a clone: pip install '.[plot]')") from None
+    return plt
+
+
+def draw(rows: list[dict[str, float]], title: str) -> Any:
+    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each."""
+    plt = _pyplot()
+    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    for key, style in (("loss", "-"), ("eval_loss", "o-")):
+        xs, ys = series(rows, key)
+        if xs:
+            ax_loss.plot(xs, ys, style, label=SERIES[key])
+    ax_loss.set_ylabel("loss")
+    ax_loss.legend(loc="upper right")
+    for ax, key in ((ax_lr, "lr"), (ax_tps, "tokens_per_s")):
+        xs, ys = series(rows, key)
+        ax.plot(xs, ys, "-")
+        ax.set_ylabel(SERIES[key])
+    ax_tps.set_xlabel("step")
+    for ax in (ax_loss, ax_lr, ax_tps):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def legend_labels(job_ids: list[str], entries: dict[str, SweepEntry]) -> tuple[list[str], str | None]:
+    """(a label per job, the legend's title): the varied values (``lr=1e-4, r=8``, each key by
+    its shortest distinct tail) when every job is of one sweep, titled ``sweep NAME``; else each
+    job id's shortest unique prefix among ``job_ids``, untitled."""
+    sweeps = {entries[j].sweep for j in job_ids if j in entries}
+    if len(sweeps) == 1 and all(j in entries for j in job_ids):
+        keys = list(dict.fromkeys(k for j in job_ids for k, _ in entries[j].pairs()))
+        short = short_keys(keys)
+        return [label(entries[j].pairs(), short) for j in job_ids], f"sweep {sweeps.pop()}"
+    ids = short_ids(job_ids)
+    return [ids[j] for j in job_ids], None
+
+
+def overlay(curves: list[tuple[str, list[dict[str, float]]]], title: str, legend_title: str | None = None) -> Any:
+    """Several jobs in one Figure: train loss (solid) on the first axis and, when any job has
+    one, eval loss (dashed, dots) on a second, one colour per job; the first axis's legend holds
+    every job's label, in order (``(label, rows)`` of ``curves``)."""
+    from matplotlib.lines import Line2D
+
+    plt = _pyplot()
+    has_eval = any(series(rows, "eval_loss")[0] for _, rows in curves)
+    fig, axes = plt.subplots(2 if has_eval else 1, 1, figsize=(9, 8 if has_eval else 5), sharex=True, squeeze=False)
+    ax_train = axes[0][0]
+    handles = []
+    for i, (name, rows) in enumerate(curves):
+        color = f"C{i % 10}"
+        xs, ys = series(rows, "loss")
+        if xs:
+            ax_train.plot(xs, ys, "-", color=color)
+        if has_eval:
+            xs, ys = series(rows, "eval_loss")
+            if xs:
+                axes[1][0].plot(xs, ys, "o--", color=color, markersize=3)
+        handles.append(Line2D([], [], color=color, label=name))
+    ax_train.set_ylabel(SERIES["loss"])
+    ax_train.legend(handles=handles, title=legend_title, loc="upper right", fontsize="small")
+    if has_eval:
+        axes[1][0].set_ylabel(SERIES["eval_loss"])
+    axes[-1][0].set_xlabel("step")
+    for row in axes:
+        row[0].grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Any, out: Path) -> None:
+    """Write ``fig`` as a PNG at ``out`` (its folder made) and free it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    _pyplot().close(fig)
+
+
+def save_plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
+    if not any(k in r for r in rows for k in SERIES):
+        raise UsageError("metrics.jsonl holds no loss, lr or tokens/s values to plot yet")
+    save_figure(draw(rows, title), out)

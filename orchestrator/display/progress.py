@@ -1,0 +1,197 @@
+"""Progress of a running job, for people: the columns of ``orch status`` and the progress
+line of ``orch logs -f`` / ``orch submit --follow``.
+
+Everything here is derived from what the server already reports (the status record with
+the last line of ``metrics.jsonl``, and the streamed log text): no extra round trip.
+``row_fields`` and ``status_lines`` are pure; ``FollowBar`` only draws on a terminal.
+rich is imported by ``FollowBar`` only: ``orch status`` of finished jobs never loads it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from orchestrator.state.registry import short_ids
+from orchestrator.display.table import Column, fit
+from orchestrator.termtext import clean
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The built-in trainer's progress line (remote_payload/train.py, ``report``):
+#   step 20/100 | epoch 0 | loss 2.3456 | lr 4.00e-03 | grad norm 1.234 | 5210 tok/s | 812 MiB
+STEP_LINE = re.compile(r"\bstep (\d+)/(\d+) \| epoch \d+ \| loss ([-+0-9.eEnaif]+)(?:.*?\| ([0-9.]+) tok/s)?")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``5m03s``, ``2h07m``, ``3d04h``; empty for None."""
+    if seconds is None:
+        return ""
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """What ``orch status`` shows for one job (None where unknown)."""
+
+    state: str
+    nodes: int
+    step: int | None
+    total: int | None
+    loss: float | None
+    eval_loss: float | None
+    tokens_per_s: float | None
+    elapsed_s: float
+    eta_s: float | None
+    cost: float | None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobProgress | None":
+        """The inverse of ``dataclasses.asdict`` for a recorded row (``Registry.record_final``);
+        None when ``data`` is not exactly such a row (another version's, or damaged)."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names or not isinstance(data["state"], str):
+            return None
+        ints = ("nodes", "step", "total")  # nodes and elapsed_s are never None
+        if not all(type(data[n]) is int or (data[n] is None and n != "nodes") for n in ints):
+            return None
+        floats = names - {"state", *ints}
+        if not all(_num(data[n]) is not None or (data[n] is None and n != "elapsed_s") for n in floats):
+            return None
+        return cls(**data)
+
+    def cells(self) -> list[str]:
+        step = "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+        loss = f"{self.loss:.4f}" if self.loss is not None else (f"eval {self.eval_loss:.4f}" if self.eval_loss is not None else "")
+        tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else ""
+        cost = f"{self.cost:.2f}" if self.cost is not None else ""
+        return [self.state, str(self.nodes), step, loss, tps, duration(self.eta_s), duration(self.elapsed_s), cost]
+
+
+# ``orch status``'s columns in display order (JobProgress.cells between JOB and HOST). Kept by
+# priority when the terminal is narrow: JOB, STATE, STEP, LOSS, ETA, then REASON (shortened
+# to fit, and only when some job has one), ELAPSED, TOK/S, NODES, HOST, COST; a column no
+# job has anything in comes after all of them. STATE is never shortened; a JOB id is cut
+# (with "…") only when JOB and STATE alone do not fit.
+STATUS_COLUMNS = [
+    Column("JOB", 0, required=True, min_width=8),
+    Column("STATE", 1, required=True),
+    Column("NODES", 8, right=True),
+    Column("STEP", 2, right=True),
+    Column("LOSS", 3, right=True),
+    Column("TOK/S", 7, right=True),
+    Column("ETA", 4, right=True),
+    Column("ELAPSED", 6, right=True),
+    Column("COST", 10, right=True),
+    Column("HOST", 9),
+    Column("REASON", 5, min_width=12),
+]
+WIDE_REASON = 200  # cells of a reason shown by --wide (a server's reason is not a log)
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One job's line of ``orch status``; ``reason`` already passed through ``clean``."""
+
+    job_id: str
+    progress: JobProgress
+    hosts: list[str]
+    reason: str
+
+
+def status_lines(rows: Sequence[StatusRow], width: int | None, known_ids: Iterable[str] | None = None) -> list[str]:
+    """``orch status`` as lines of plain text (header first), each at most ``width`` cells.
+
+    ``width=None`` is ``--wide``: full job ids and every column. Otherwise job ids are
+    shortened to their shortest unique prefix among ``known_ids`` (default: the rows'
+    ids; pass every registry id so the prefix works with ``Registry.get``) and columns are
+    kept by ``STATUS_COLUMNS``' priorities (``table.fit``)."""
+    ids = {r.job_id: r.job_id for r in rows} if width is None \
+        else short_ids([*(known_ids or ()), *(r.job_id for r in rows)])
+    cells = [[ids[r.job_id], *r.progress.cells(), ",".join(r.hosts), r.reason[:WIDE_REASON]] for r in rows]
+    return fit(STATUS_COLUMNS, cells, width)
+
+
+def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | None,
+               price_per_hour: float | None, now: float | None = None) -> JobProgress:
+    """Derive the status columns. ``total`` comes from the metrics (``total_steps``) when the
+    trainer writes it, else from the caller (the spec's ``train.max_steps``). ETA assumes the
+    pace so far (step / time since the supervisor started) holds; only while running."""
+    now = time.time() if now is None else now
+    metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
+    started = _num(status.get("started")) or created
+    ended = _num(status.get("ended"))
+    elapsed = max((ended or now) - started, 0.0)
+    step_value = _num(metrics.get("step"))
+    step = int(step_value) if step_value is not None else None
+    total_value = _num(metrics.get("total_steps"))
+    total = int(total_value) if total_value else total
+    eta = None
+    state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "") \
+        + (" (unsupervised)" if status.get("unsupervised") else "")
+    when = _num(metrics.get("time")) or now
+    if status.get("state") == "running" and step and total and when > started:
+        eta = (total - step) * (when - started) / step - (now - when)
+        eta = max(eta, 0.0)
+    cost = price_per_hour * nodes * elapsed / 3600 if price_per_hour is not None else None
+    return JobProgress(state, nodes, step, total, _num(metrics.get("loss")), _num(metrics.get("eval_loss")),
+                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost)
+
+
+class FollowBar:
+    """A progress line (step/total, loss, tokens/s) on a terminal's stderr, fed by the log
+    text that ``wrap``'s writer passes through. Use as a context manager."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._partial = ""
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s"), TimeRemainingColumn(),
+            console=console, redirect_stdout=sys.stdout.isatty(), redirect_stderr=False, transient=False,
+        )
+        self.task = self.progress.add_task("step", total=None, loss="-", tps="-")
+
+    @staticmethod
+    def enabled(as_json: bool) -> bool:
+        return not as_json and sys.stderr.isatty()
+
+    def feed(self, text: str) -> None:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()[-4096:]
+        for line in lines:
+            match = STEP_LINE.search(line)
+            if match:
+                step, total, loss, tps = match.groups()
+                self.progress.update(self.task, completed=int(step), total=int(total), loss=loss,
+                                     tps=tps or "-")
+
+    def wrap(self, write: Callable[[str], None]) -> Callable[[str], None]:
+        def both(text: str) -> None:
+            write(text)
+            self.feed(text)
+        return both
+
+    def __enter__(self) -> "FollowBar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()

@@ -1,0 +1,249 @@
+"""``orch fetch JOB --watch``: keep the laptop's copy of a running job current.
+
+A watch is a loop of *rounds*, one every ``interval`` seconds. A round connects to every node
+of the job, runs the same fetch as ``orch fetch`` (same destination ``DEST/<job_id>/``, same
+selection, plus ``checkpoints/`` unless told otherwise), prunes local checkpoint folders the
+server no longer lists (unless ``keep_checkpoints``), and calls ``movekit.keep`` with the
+round's connections. Contracts:
+
+* nothing half-made under a final name: single files keep fetch's ``.part`` + sha256 + rename
+  rule; a checkpoint folder is completed in a hidden sibling and renamed into place whole
+  (``fetchstate.CheckpointFolders``);
+* a failing round (``HostError``/``RemoteError``: a dropped link, a server asleep, the laptop
+  just woken) never ends the watch: it is retried with a bounded backoff, and one
+  "link lost … retrying" / "link back" pair is said per outage; a long pause between rounds
+  (the laptop slept) is just a late round;
+* a round with nothing new moves no file data and reads no local file again (fetchstate);
+* the watch ends by itself after the first successful round that sees every node's job
+  settled (``protocol.SETTLED``): that round was the final fetch; the job's status is then
+  asked once (and recorded), and is what ``run`` returns.
+
+``alongside`` runs the rounds in a background thread while ``orch submit --follow`` streams
+the log, then does the final fetch in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from orchestrator.fetch import kit as movekit
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
+from orchestrator.errors import HostError, OrchError, RemoteError
+from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
+from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
+from orchestrator.hosts.inventory import Inventory
+from orchestrator.jobs.nodes import aggregate, nodes_of
+from orchestrator.display.progress import duration
+from orchestrator.state.registry import JobRecord, Registry
+from orchestrator.helper.remote import Remote
+from remote_payload.contract.protocol import SETTLED
+
+DEFAULT_INTERVAL_S = 30.0
+QUIET_BELOW_MB = 1.0  # a round moving less (a log's and the metrics' new lines) is not announced
+SMALL_ROUND = re.compile(r"^fetching \d+ file\(s\), ([0-9.]+) MB from ")
+MAX_RETRY_S = 120.0  # a failing round is retried at least this often (and at most twice the interval apart)
+
+
+def prune(dest: Path, listed: dict[str, set[str]]) -> list[str]:
+    """Mirror the server's checkpoint retention in ``dest``: under each checkpoints folder the
+    server lists ``step-*`` folders in (``listed``: folder -> step names), remove a local
+    ``step-<N>`` it does not list that is older than the newest it lists, and any hidden
+    ``.part-step-<N>`` it does not list (and ``.gone-*`` leftovers). Never the newest, never anything under a folder the
+    server lists no checkpoint in. Returns the removed folders (names under ``dest``)."""
+    removed: list[str] = []
+    state = FetchState(dest)
+    for parent, steps in listed.items():
+        newest = max(int(s[5:]) for s in steps)
+        try:
+            present = [p for p in (dest / parent).iterdir() if p.is_dir() and not p.is_symlink()]
+        except OSError:
+            continue
+        for path in present:
+            if path.name.startswith(GONE):
+                shutil.rmtree(path, ignore_errors=True)  # left by a removal that was cut short
+                continue
+            hidden = path.name.startswith(HIDDEN)
+            step = path.name[len(HIDDEN):] if hidden else path.name
+            if not (step.startswith("step-") and step[5:].isdigit()) or step in steps:
+                continue
+            if hidden or int(step[5:]) < newest:
+                remove_folder(path)
+                state.forget(f"{parent}/{path.name}")
+                if not hidden:
+                    removed.append(f"{parent}/{path.name}")
+    state.save()
+    return removed
+
+
+class Backoff:
+    """Delays between retries of a failing round: from ``min(interval, 1)`` s doubling up to
+    ``min(2 × interval, MAX_RETRY_S)`` (never under the first delay)."""
+
+    def __init__(self, interval: float) -> None:
+        self.first = min(interval, 1.0)
+        self.cap = max(min(2 * interval, MAX_RETRY_S), self.first)
+        self.delay = self.first
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+@dataclass
+class Watch:
+    """One job's watch (see the module docstring). ``extra``/``everything`` as for ``fetch``."""
+
+    record: JobRecord
+    inventory: Inventory
+    registry: Registry
+    dest_parent: Path
+    say: Callable[[str], None]
+    extra: list[str] = field(default_factory=list)
+    everything: bool = False
+    interval: float = DEFAULT_INTERVAL_S
+    keep_checkpoints: bool = False
+    fetched: int = 0          # files fetched by every round so far
+    bytes: int = 0
+    last: FetchSummary | None = None
+    outage: float | None = None  # when the current outage began (time.time()), None while rounds succeed
+
+    def round(self) -> dict[str, Any] | None:
+        """One round (raises ``HostError``/``RemoteError`` like a fetch). Returns the job's
+        status when every node's job has settled — this round was then the final fetch."""
+        hosts = nodes_of(self.record, self.inventory)
+        with ExitStack() as stack:
+            remotes = [Remote(h, stack.enter_context(open_transport(h, self.inventory, never))) for h in hosts]
+            if self.outage is not None:  # connected again
+                self.say(f"link back after {duration(time.time() - self.outage)}")
+                self.outage = None
+            summary = fetch(self.record, self.inventory, self.dest_parent, self._fetch_say, extra=self.extra,
+                            everything=self.everything, remotes=remotes, tell=False)
+            self.last = summary
+            self.fetched, self.bytes = self.fetched + len(summary.fetched), self.bytes + summary.bytes
+            for folder in summary.committed:
+                self.say(f"new checkpoint {folder}")
+            if not self.keep_checkpoints:
+                for folder in prune(summary.dest, summary.checkpoints):
+                    self.say(f"removed {folder}: the server no longer keeps it (--keep-checkpoints keeps all)")
+            settled = bool(summary.states) and all(s in SETTLED for s in summary.states)
+            status = self._status(remotes) if settled else None
+            movekit.keep(remotes, self.record.job_id, summary.dest, self.say)
+            if summary.ended:
+                self._tell(remotes, summary.dest)
+        return status
+
+    def _status(self, remotes: list[Remote]) -> dict[str, Any]:
+        """The job's status from every node on this round's connections, recorded."""
+        job_id, per_node = self.record.job_id, []
+        for remote in remotes:
+            jobs = remote.call("status", jobs=[job_id])["jobs"]
+            if job_id not in jobs:
+                raise RemoteError(f"{remote.host.name}: the status reply leaves out {job_id}")
+            per_node.append(jobs[job_id])
+        status = aggregate(per_node)
+        self.registry.update(job_id, status["state"], status)
+        return status
+
+    def _tell(self, remotes: list[Remote], dest: Path) -> None:
+        """Tell each node the outputs are here (``fetched``: lets ``on_finish.shutdown`` go
+        ahead) — after the move kit is current, so a node that powers off has nothing left."""
+        state = FetchState(dest)
+        for remote in remotes:
+            if remote.host.name not in state.told:
+                remote.call("fetched", job=self.record.job_id)
+                state.tell(remote.host.name)
+        state.save()
+
+    def attempt(self) -> dict[str, Any] | None:
+        """``round``, with a failure counted as (part of) an outage instead of raised."""
+        try:
+            status = self.round()
+        except (HostError, RemoteError) as exc:
+            if self.outage is None:
+                self.outage = time.time()
+                self.say(f"link lost ({str(exc).splitlines()[0]}); retrying (Ctrl-C stops watching; "
+                         "the job keeps running)")
+            return None
+        return status
+
+    def _fetch_say(self, message: str) -> None:
+        """``fetch``'s progress lines, less the small "fetching" ones every round has while
+        the job writes its log and metrics."""
+        small = SMALL_ROUND.match(message)
+        if small is None or float(small[1]) >= QUIET_BELOW_MB:
+            self.say(message)
+
+    def run(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
+        """Rounds until the job has settled (returns its status) or ``stop`` is set between
+        rounds (returns None)."""
+        stop = stop or threading.Event()
+        retry = Backoff(self.interval)
+        while True:
+            status = self.attempt()
+            if status is not None:
+                return status
+            if self.outage is None:
+                retry.reset()
+            if stop.wait(self.interval if self.outage is None else retry.next()):
+                return None
+
+    def describe(self) -> str:
+        """What the watch moved, one line (like ``orch fetch``'s)."""
+        dest = self.last.dest if self.last else self.dest_parent / self.record.job_id
+        there = len(self.last.unchanged) if self.last else 0
+        return f"{dest}: {self.fetched} fetched while watching ({self.bytes / 2**20:.1f} MB), {there} already there"
+
+    def nothing_note(self) -> str | None:
+        """``fetch.nothing_selected``'s explanation when the watch ended with nothing selected."""
+        last = self.last
+        if last is None or last.fetched or last.unchanged or self.fetched:
+            return None
+        return nothing_selected(last, self.record.job_id)
+
+    @contextmanager
+    def alongside(self) -> Iterator[None]:
+        """Rounds in a background thread while the body runs (``orch submit --follow
+        --watch``); when the body ends — normally or with ``SystemExit`` other than 130 (an
+        interrupted follow) — the thread stops after its round and the final fetch runs here
+        (``run`` until the job has settled). An error that ended the thread (a laptop disk
+        that is full) is raised then."""
+        stop, errors = threading.Event(), []
+
+        def loop() -> None:
+            try:
+                self.run(stop)
+            except OrchError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=loop, name="orch-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        except SystemExit as exc:
+            stop.set()
+            if exc.code != 130:
+                self._final(thread, errors)
+            raise
+        except BaseException:
+            stop.set()
+            raise
+        stop.set()
+        self._final(thread, errors)
+
+    def _final(self, thread: threading.Thread, errors: list[OrchError]) -> None:
+        thread.join()
+        if errors:
+            raise errors[0]
+        self.run()
+        self.say(self.describe())

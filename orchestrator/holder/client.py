@@ -1,0 +1,250 @@
+"""``HeldTransport``: commands through a host's connection holder (``orchestrator.holder.daemon``).
+
+The holder keeps one SSH connection to a host warm behind a private Unix socket; every command
+is one connection to that socket, speaking the wire format of ``orchestrator.holder.wire``.
+Nothing here imports paramiko: a command that finds its holder never pays for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import struct
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Callable, Sequence
+
+from orchestrator.transport import shell
+from orchestrator.errors import HostError
+from orchestrator.holder.wire import Reader, ask, connect, frame, lock_free, place
+from orchestrator.hosts.inventory import Host
+from orchestrator.transport.base import Process, Transport
+
+WINDOW = 1 << 20        # stdin bytes in flight before ``write`` waits for the holder's acks
+OUT_BUFFER = 4 << 20    # stdout bytes kept for ``read`` before the reader stops taking more
+REPLY_S = 60.0          # how long a client waits for the holder's S/X answer
+VIA = " (through the connection holder)"
+
+
+def enabled() -> bool:
+    """``ORCH_HOLD=0`` turns connection holders off."""
+    return os.environ.get("ORCH_HOLD", "1") != "0"
+
+
+def reach(host: Host, fallback: Callable[[], Transport]) -> "HeldTransport | None":
+    """A ``HeldTransport`` when a holder for ``host`` answers and its connection is up;
+    otherwise ``None`` (a socket that refuses, left by a killed holder, is removed when no
+    holder holds its lock). ``fallback`` opens the direct connection when a start finds the
+    holder gone. Never raises."""
+    try:
+        where = place(host)
+        if where is None:
+            return None
+        try:
+            info = ask(where.sock, "ping")
+        except ConnectionRefusedError:
+            def remove() -> None:
+                if stat.S_ISSOCK(os.lstat(where.sock).st_mode):
+                    where.sock.unlink()
+            lock_free(where.lock, remove)
+            return None
+        return HeldTransport(host, where.sock, fallback) if info.get("active") is True else None
+    except (OSError, ValueError):
+        return None
+
+
+class HeldProcess(Process):
+    """A command started through the holder: the same contract as ``SSHProcess``."""
+
+    def __init__(self, transport: "HeldTransport", sock: socket.socket, reader: Reader, command: str) -> None:
+        self.command, self._t, self._sock, self._reader = command, transport, sock, reader
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._out: deque[bytes] = deque()
+        self._out_bytes = self._inflight = 0
+        self._err: list[bytes] = []
+        self._code: int | None = None
+        self._lost: str | None = None
+        self._timeout: float | None = None
+        self._killed = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        """Sort the holder's frames until the end frame (or the holder is gone)."""
+        code, lost = None, ": the connection holder ended"
+        try:
+            while (got := self._reader.frame()) is not None:
+                kind, payload = got
+                with self._cond:
+                    if kind == b"O":
+                        self._out.append(payload)
+                        self._out_bytes += len(payload)
+                        self._cond.notify_all()
+                        while self._out_bytes > OUT_BUFFER and not self._killed:
+                            self._cond.wait()
+                    elif kind == b"E":
+                        self._err.append(payload)
+                    elif kind == b"A":
+                        self._inflight -= struct.unpack(">I", payload)[0]
+                        self._cond.notify_all()
+                    elif kind == b"C":
+                        code, lost = struct.unpack(">i", payload)[0], None
+                        break
+                    elif kind == b"L":
+                        lost = payload.decode("utf-8", "replace")
+                        break
+        except (OSError, ValueError, struct.error):
+            pass
+        with self._cond:
+            self._code, self._lost = code, "" if self._killed and code is None else lost
+            self._cond.notify_all()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _done(self) -> bool:
+        return self._code is not None or self._lost is not None
+
+    def lost(self, detail: str | None = None) -> HostError:
+        return self._t.error(f" was lost{detail or self._lost or ''}")
+
+    def _send(self, kind: bytes, payload: bytes = b"") -> None:
+        with self._send_lock:
+            self._sock.sendall(frame(kind, payload))
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            chunk = bytes(view[:1 << 16])
+            with self._cond:
+                while self._inflight + len(chunk) > WINDOW and not self._done() and not self._killed:
+                    self._cond.wait()
+                if self._done() or self._killed:
+                    raise self.lost(": Socket is closed")
+                self._inflight += len(chunk)
+            try:
+                self._send(b"I", chunk)
+            except OSError as exc:
+                raise self.lost(f": {exc}") from None
+            view = view[len(chunk):]
+
+    def close_stdin(self) -> None:
+        try:
+            self._send(b"F")
+        except OSError:
+            pass
+
+    def read(self, size: int = 65536) -> bytes:
+        """Stdout bytes; ``b""`` once the command exited and its output is read. A holder
+        or link that drops raises ``HostError``; ``settimeout`` bounds the wait for data."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._out or self._done(), self._timeout):
+                raise socket.timeout("timed out")
+            if not self._out:
+                if self._code is not None:
+                    return b""
+                raise self.lost()
+            chunk = self._out.popleft()
+            if len(chunk) > size:
+                self._out.appendleft(chunk[size:])
+                chunk = chunk[:size]
+            self._out_bytes -= len(chunk)
+            self._cond.notify_all()
+            return chunk
+
+    def settimeout(self, seconds: float | None) -> None:
+        """Make ``read`` raise ``socket.timeout`` after ``seconds`` without data."""
+        self._timeout = seconds
+
+    def wait(self) -> int:
+        self._timeout = None
+        with self._cond:
+            self._cond.wait_for(self._done)
+            if self._code is None:
+                raise self.lost()
+            return self._code
+
+    def kill(self) -> None:
+        with self._cond:
+            self._killed = True
+            self._cond.notify_all()
+        try:
+            self._send(b"K")
+        except OSError:
+            pass
+        self._shutdown()
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self._err)
+
+
+class HeldTransport(Transport):
+    """Starts commands through a holder; when it is gone (or says it cannot start one),
+    through a direct connection made by ``fallback``, kept for the rest of this transport."""
+
+    def __init__(self, host: Host, sock: Path, fallback: Callable[[], Transport]) -> None:
+        self.host, self.name, self.sock = host, host.name, sock
+        self._fallback = fallback
+        self._direct: Transport | None = None
+        self._procs: list[HeldProcess] = []
+        self._lock = threading.Lock()
+
+    def error(self, what: str) -> HostError:
+        """``what`` (`` was lost: ...``) happened to the connection to this host."""
+        return HostError(f"connection to {self.host.name} ({self.host.target}){what}{VIA}")
+
+    def _request(self, argv: Sequence[str], warm: bool) -> HeldProcess | None:
+        """The started command, or ``None`` when the holder did not start it."""
+        command = shell.join(argv)
+        try:
+            sock = connect(self.sock)
+        except OSError:
+            return None
+        try:
+            sock.settimeout(REPLY_S)
+            sock.sendall(json.dumps({"argv": list(argv), "warm": warm}).encode() + b"\n")
+            reader = Reader(sock)
+            got = reader.frame()
+        except socket.timeout:
+            sock.close()
+            raise self.error(": no answer") from None
+        except (OSError, ValueError):
+            got = None  # the holder went away before it started anything
+        if got is None or got[0] != b"S":
+            sock.close()
+            return None
+        sock.settimeout(None)
+        return HeldProcess(self, sock, reader, command)
+
+    def start(self, argv: Sequence[str], *, warm: bool = False) -> Process:
+        """``argv`` through the holder (a warm spare of the same argv when ``warm``)."""
+        if self._direct is None:
+            proc = self._request(argv, warm)
+            if proc is not None:
+                with self._lock:
+                    self._procs = [p for p in self._procs if not p._done()] + [proc]
+                return proc
+            with self._lock:
+                if self._direct is None:
+                    self._direct = self._fallback()
+        return self._direct.start(argv, warm=warm)
+
+    def close(self) -> None:
+        """Stop every command still running through the holder (as closing an SSH connection
+        would) and close the direct connection, if one was made."""
+        with self._lock:
+            procs, self._procs = self._procs, []
+            direct, self._direct = self._direct, None
+        for proc in procs:
+            if not proc._done():
+                proc.kill()
+        if direct is not None:
+            direct.close()

@@ -1,0 +1,195 @@
+"""What a connection holder and its clients share: the wire format and where holders live.
+
+Wire format: the client sends one JSON line (``{"argv": [...], "warm": bool}``, or
+``{"op": "ping"|"stop"}`` answered by one JSON line), then both sides speak frames: 1 byte
+kind, 4 byte big-endian length, payload.
+
+The holder answers ``S`` (started) or ``X`` (not started: the caller may connect directly),
+then streams ``O``/``E`` (stdout/stderr), ``A`` (stdin bytes written: a 1 MiB window), and
+ends with ``C`` (exit code) or ``L`` (the command was lost, with why). The client sends ``I``
+(stdin), ``F`` (stdin EOF) and ``K`` (kill).
+
+A holder lives at ``<folder>/<key>.sock`` (with its ``.lock`` and ``.log``) in a private
+folder; the key names the connection it keeps. Nothing here imports paramiko: a command that
+finds its holder never pays for it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import socket
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import __version__
+from orchestrator.home import laptop_id, orch_home
+from orchestrator.hosts.inventory import Host
+
+SOCK_MAX = 100          # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
+MAX_FRAME = 1 << 20
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return kind + struct.pack(">I", len(payload)) + payload
+
+
+class Reader:
+    """Buffered reads of lines and frames from a stream socket; ``None`` at EOF."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf = sock, b""
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(1 << 16)
+        self.buf += chunk
+        return bool(chunk)
+
+    def line(self, limit: int = MAX_FRAME) -> bytes | None:
+        while b"\n" not in self.buf:
+            if len(self.buf) > limit or not self._fill():
+                return None
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    def frame(self) -> tuple[bytes, bytes] | None:
+        """The next frame; ``None`` at EOF; ``ValueError`` for a frame over ``MAX_FRAME``."""
+        while len(self.buf) < 5:
+            if not self._fill():
+                return None
+        kind, length = self.buf[:1], struct.unpack(">I", self.buf[1:5])[0]
+        if length > MAX_FRAME:
+            raise ValueError("oversized frame")
+        while len(self.buf) < 5 + length:
+            if not self._fill():
+                return None
+        payload, self.buf = self.buf[5:5 + length], self.buf[5 + length:]
+        return kind, payload
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one holder lives: ``<folder>/<key>.sock`` with its ``.lock`` and ``.log``."""
+
+    key: str
+    folder: Path
+
+    @property
+    def sock(self) -> Path:
+        return self.folder / f"{self.key}.sock"
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / f"{self.key}.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.key}.log"
+
+
+def holder_key(host: Host, home: Path) -> str | None:
+    """16 hex naming the connection a holder keeps: ORCH_HOME, user, address, port, pinned key,
+    identity file, password variable, orch's version and the keepalive period. The password
+    itself only enters as an HMAC keyed with this laptop's secret id, so a command with another
+    password never reuses a connection made with the old one. ``None``: the password variable
+    is unset (the direct connection says so)."""
+    secret = None
+    if host.password_env:
+        value = os.environ.get(host.password_env)
+        if value is None:
+            return None
+        secret = hmac.new(laptop_id().encode(), b"orch-holder\0" + value.encode("utf-8", "surrogateescape"),
+                          "sha256").hexdigest()
+    fields = [str(home), host.user, host.address, host.port, host.host_key, host.identity_file, host.password_env,
+              secret, __version__, os.environ.get("ORCH_KEEPALIVE_S", "10")]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
+
+
+def private_folder(folder: Path) -> bool:
+    """Create ``folder`` 0700 when missing; true only when it is a real directory (not a
+    symlink) owned by this user that nobody else can enter."""
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
+
+
+def holder_folders(home: Path) -> list[Path]:
+    """Where sockets may be: ``ORCH_HOME/holders``, and the temp folder for long paths."""
+    return [home / "holders", Path(tempfile.gettempdir()) / f"orch-{os.getuid()}"]
+
+
+def place(host: Host) -> Place | None:
+    """The holder's place for ``host``, or ``None`` (no holder: connect directly) when its
+    folder is not private or even the temp folder's path is too long for a socket."""
+    home = orch_home().resolve()
+    key = holder_key(host, home)
+    if key is None:
+        return None
+    for folder in holder_folders(home):
+        if len(os.fsencode(folder / f"{key}.sock")) <= SOCK_MAX:
+            return Place(key, folder) if private_folder(folder) else None
+    return None
+
+
+def take_lock(path: Path) -> int | None:
+    """Open (0600, never through a symlink: ``OSError``) and lock the lock file ``path``;
+    its descriptor, which holds the lock until closed, or ``None`` when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lock_free(path: Path, then: Callable[[], None] = lambda: None) -> bool:
+    """True when no holder holds (or is starting with) this lock; ``then`` runs while we
+    hold it for that moment."""
+    try:
+        fd = take_lock(path)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    try:
+        then()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def connect(path: Path, timeout: float = 5.0) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def ask(path: Path, op: str, timeout: float = 5.0) -> dict[str, Any]:
+    """One ``{"op": op}`` request; the holder's JSON answer. Raises ``OSError``/``ValueError``."""
+    with connect(path, timeout) as sock:
+        sock.sendall(json.dumps({"op": op}).encode() + b"\n")
+        line = Reader(sock).line()
+    if line is None:
+        raise ConnectionResetError("the holder closed the connection")
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value

@@ -1,0 +1,191 @@
+"""A submitted job across its nodes: status (aggregated), cancel and resume.
+
+A job's state is the aggregate of its nodes' states: ``failed`` if any node failed,
+``lost`` if any node is lost (and none failed), ``cancelled`` if any was cancelled,
+``succeeded`` only when every node succeeded, otherwise the most active of running,
+setting_up, queued (waiting for GPUs in its host's queue: the job's place is its last queued
+node's), pending. When a node failed or is lost while others still run, those others
+are stopped (they would only hang in a collective until a timeout).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+from orchestrator.state import reach
+from orchestrator.transport.base import never
+from orchestrator.access.connect import open_transport
+from orchestrator.errors import HostError, RemoteError, UsageError
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.helper.remote import Remote
+from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINAL
+
+T = TypeVar("T")
+R = TypeVar("R")
+STOP_GRACE_S = 10.0
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items`` in threads; results in order; the first error is raised."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        return [f.result() for f in futures]
+
+
+def nodes_of(record: JobRecord, inventory: Inventory) -> list[Host]:
+    return [inventory.get(name) for name in record.hosts]
+
+
+def call_node(host: Host, inventory: Inventory, op: str, *, timeout: float = 300, **args: Any) -> dict[str, Any]:
+    """Request ``op`` (``remote_payload/contract/protocol.py``) of one host on a connection of its own."""
+    with open_transport(host, inventory, never) as transport:
+        return Remote(host, transport).call(op, timeout=timeout, **args)
+
+
+def statuses(host: Host, inventory: Inventory, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each of ``job_ids``' status on ``host`` (checked by the protocol); ``RemoteError``
+    when the reply leaves one out."""
+    jobs = call_node(host, inventory, "status", jobs=job_ids)["jobs"]
+    missing = [j for j in job_ids if j not in jobs]
+    if missing:
+        raise RemoteError(f"{host.name}: the status reply leaves out {', '.join(missing[:3])}")
+    return {j: jobs[j] for j in job_ids}
+
+
+def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
+    """One status for the job from its nodes' statuses (node order = host order)."""
+    states = [s.get("state") for s in per_node]
+    if all(s == "succeeded" for s in states):
+        state = "succeeded"
+    else:
+        state = next((s for s in ("failed", "lost", "cancelled", *ACTIVE, "unknown") if s in states), "unknown")
+    first = per_node[0]
+    out = dict(first, state=state)
+    if any(s.get("unsupervised") for s in per_node):
+        out["unsupervised"] = True
+    places = [s["queue_position"] for s in per_node
+              if s.get("state") == "queued" and isinstance(s.get("queue_position"), int)]
+    out.pop("queue_position", None)
+    if state == "queued" and places:
+        out["queue_position"] = max(places)
+    culprit = next((s for s in per_node if s.get("state") == state and s.get("reason")), None)
+    if len(per_node) > 1:
+        out["nodes"] = per_node
+        if culprit is not None:
+            out["reason"] = f"node {culprit.get('node_rank', per_node.index(culprit))}: {culprit['reason']}"
+        metrics = next((s["metrics"] for s in per_node if isinstance(s.get("metrics"), dict)), None)
+        if metrics is not None:
+            out["metrics"] = metrics
+        codes = [s.get("exit_code") for s in per_node]
+        out["exit_code"] = next((c for c in codes if c not in (0, None)), codes[0])
+    return out
+
+
+def _stop_stragglers(record: JobRecord, hosts: list[Host], inventory: Inventory,
+                     per_node: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    broken = [s for s in per_node if s.get("state") in ("failed", "lost")]
+    running = [i for i, s in enumerate(per_node) if s.get("state") not in TERMINAL + ("lost", "unknown", "unreachable")]
+    if not broken or not running:
+        return per_node
+
+    def stop(i: int) -> dict[str, Any]:
+        status = call_node(hosts[i], inventory, "cancel", job=record.job_id, grace=STOP_GRACE_S,
+                           timeout=STOP_GRACE_S + 60)
+        return dict(status, reason=f"stopped because another node {broken[0]['state']}")
+
+    stopped = dict(zip(running, parallel(stop, running)))
+    return [stopped.get(i, s) for i, s in enumerate(per_node)]
+
+
+def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
+            warn: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Statuses for ``records``: one connection per host for all its unfinished jobs;
+    finished jobs (``TERMINAL``) keep the registry's word and cost no connection, and
+    unreachable hosts' jobs keep it too (marked ``stale``). A job seen terminal here is
+    recorded with its whole status (state, reason, metrics) for later calls.
+
+    Every contact is recorded (``reach``): an unfinished job on a host that has failed for
+    ``ORCH_LOST_AFTER_S`` shows ``lost`` with ``reach.lost_reason`` (plus ``unreachable_since``
+    and ``last_contact``) — shown only, never recorded, so it shows its real state again when
+    the host answers."""
+    out = {r.job_id: r.status() for r in records}
+    pending = [r for r in records if r.state not in TERMINAL]
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for r in pending:
+        for name in r.hosts:
+            by_host[name].append(r.job_id)
+    answers: dict[tuple[str, str], dict[str, Any]] = {}
+    lost: dict[str, reach.Reach] = {}
+
+    def ask(name: str) -> None:
+        try:
+            jobs = statuses(inventory.get(name), inventory, by_host[name])
+        except HostError as exc:
+            warn(f"warning: {str(exc).splitlines()[0]}")
+            seen = reach.record(registry.path, name, ok=False, error=str(exc).splitlines()[0])
+            if reach.is_lost(seen):
+                lost[name] = seen
+                warn(f"warning: {reach.unreachable(seen)}: its unfinished jobs show lost; if the instance is "
+                     "gone: orch resume JOB --on OTHER_HOST")
+            return
+        except (UsageError, RemoteError) as exc:
+            warn(f"warning: {str(exc).splitlines()[0]}")
+            return
+        reach.record(registry.path, name, ok=True)
+        for job_id, status in jobs.items():
+            answers[(name, job_id)] = status
+
+    parallel(ask, list(by_host))
+    for r in pending:
+        per_node = [answers.get((name, r.job_id)) for name in r.hosts]
+        gone = next((lost[name] for name in r.hosts if name in lost), None)
+        if gone is not None:
+            out[r.job_id] = dict(r.status(), state="lost", reason=reach.lost_reason(gone, r.job_id),
+                                 unreachable_since=gone.failing_since, last_contact=gone.last_ok)
+            continue
+        if any(s is None for s in per_node):
+            out[r.job_id]["stale"] = True
+            continue
+        if r.state == SUBMITTING and all(s["state"] == "unknown" for s in per_node):
+            out[r.job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
+            continue
+        per_node = _stop_stragglers(r, nodes_of(r, inventory), inventory, per_node)  # type: ignore[arg-type]
+        status = aggregate(per_node)  # type: ignore[arg-type]
+        registry.update(r.job_id, status["state"], status)
+        out[r.job_id] = dict(status, job_id=r.job_id)
+    return out
+
+
+def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[str, Any]:
+    """The job's aggregated status, asked of every node now (raises if a node is unreachable)."""
+    hosts = nodes_of(record, inventory)
+    per_node = parallel(lambda h: statuses(h, inventory, [record.job_id])[record.job_id], hosts)
+    status = aggregate(_stop_stragglers(record, hosts, inventory, per_node))
+    registry.update(record.job_id, status["state"], status)
+    return status
+
+
+def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: float = GRACE_S) -> dict[str, Any]:
+    """SIGTERM then SIGKILL on every node at once; returns the aggregated final status."""
+    hosts = nodes_of(record, inventory)
+    per_node = parallel(lambda h: call_node(h, inventory, "cancel", job=record.job_id, grace=grace,
+                                                  timeout=grace + 120), hosts)
+    status = aggregate(per_node)
+    registry.update(record.job_id, status["state"], status)
+    return status
+
+
+def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
+    """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous)."""
+    status = probe(record, inventory, registry)
+    if status["state"] not in RESUMABLE and not status.get("unsupervised"):
+        raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed "
+                         "(or one whose supervisor died while its processes run: they are stopped first)")
+    hosts = nodes_of(record, inventory)
+    parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1), hosts)
+    registry.update(record.job_id, "pending", {k: v for k, v in record.detail.items() if k == "log_nodes"})

@@ -1,0 +1,239 @@
+"""Submit: connect → hello → plan → (multi-node preflight) → sync → launch, on every node
+at once.
+
+``submit`` never starts a job twice: the job id is reserved in the registry under a
+submission key before anything is sent, a rerun of an interrupted submit reuses it, and the
+agent refuses an id that already exists on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.jobs import record as repro
+from orchestrator.state import runs
+from orchestrator.checks import slurm as slurmcheck
+from orchestrator.plan import slurm as slurmplan
+from orchestrator.sync import record as synccache, send as transfer
+from orchestrator.sync import selection as syncmod
+from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.errors import RemoteError, UsageError
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs.nodes import parallel
+from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
+from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.helper.remote import Remote
+from orchestrator.spec.load import LoadedSpec, parse_spec
+from orchestrator.testhooks import pause
+
+Say = Callable[[str], None]
+LISTEN_S = 30.0
+
+
+@dataclass(frozen=True)
+class Submitted:
+    plan: Plan
+    sync_summary: dict[str, Any] | None
+    warnings: list[str]
+    remotes: dict[str, Remote] = field(default_factory=dict)  # by host name, open while ``keep`` is
+
+
+def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
+    """Identifies "the same submission": this spec file, this text, these hosts. A submit
+    cut off before the laptop saw the launch confirmed reuses its job id, so a rerun can
+    never start the job twice."""
+    material = "\0".join([str(loaded.path), loaded.text, *(h.name for h in hosts)])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def connect_all(hosts: list[Host], inventory: Inventory, trust: Callable[[str], bool], stack: ExitStack) -> list[Remote]:
+    """Connect to every host at once; each open connection is closed by ``stack``."""
+    lock = threading.Lock()
+
+    def one(host: Host) -> Remote:
+        transport = open_transport(host, inventory, trust)
+        with lock:
+            stack.enter_context(transport)
+        return Remote(host, transport)
+
+    return parallel(one, hosts)
+
+
+def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
+    """Every other node can open a TCP connection to the rendezvous host:port (a short
+    listener stands in for torchrun's store); raise naming the pair that cannot."""
+    endpoint = plan.nodes[0].argv[plan.nodes[0].argv.index("--rdzv_endpoint") + 1]
+    host, _, port = endpoint.rpartition(":")
+    listener = remotes[0].start("listen", port=int(port), seconds=LISTEN_S)
+    line = b""
+    while not line.endswith(b"\n") and len(line) < 4096:
+        chunk = listener.read(1)
+        if not chunk:  # the reply came instead: it says why there is no listener
+            remotes[0].finish(listener, "listening for the rendezvous")
+            raise RemoteError(f"{remotes[0].host.name}: cannot listen for the rendezvous on port {port}")
+        line += chunk
+    try:
+        checks = parallel(lambda r: r.call("tcp_check", host=host, port=int(port)), remotes[1:])
+    finally:
+        listener.close_stdin()
+        remotes[0].finish(listener, "listening for the rendezvous")
+    for remote, check in zip(remotes[1:], checks):
+        if not check.get("ok"):
+            raise RemoteError(
+                f"node {remote.host.name} cannot reach the rendezvous {endpoint} on {remotes[0].host.name}: "
+                f"{check.get('reason')}. Set launch.rdzv_host to an address the nodes share (a private network)."
+            )
+    say(f"every node reaches the rendezvous {endpoint}")
+
+
+def checked_plan(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
+                 job_id: str) -> tuple[Plan, list[str]]:
+    """``plan_for`` with a Slurm host's checks: Slurm answers there (before its facts shape the
+    plan), and the cluster can ever run the request (``slurmcheck``; both raise); returns the
+    plan and the warnings to say."""
+    for remote, hello in zip(remotes, hellos):
+        if remote.host.slurm:
+            slurmcheck.cluster(remote.host, hello)
+    plan = plan_for(loaded, project, remotes, hellos, job_id)
+    return plan, slurmcheck.job_problems(loaded.spec, [r.host for r in remotes], hellos, plan)
+
+
+def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
+             job_id: str) -> Plan:
+    """The plan from each node's ``hello``; a multi-node job without ``rdzv_port`` gets a
+    free port on the first node."""
+    facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
+    port = None
+    if len(remotes) > 1 and loaded.spec.launch.rdzv_port is None:
+        port = remotes[0].call("free_port")["port"]
+    hosts = [r.host for r in remotes]
+    return build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+
+
+def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,
+           force: bool = False, pull_remote_edits: bool = False,
+           trust: Callable[[str], bool] = ask_on_tty, keep: ExitStack | None = None) -> Submitted:
+    """Submit the job. ``keep``: the connections stay open until that stack closes (the
+    ``Submitted.remotes`` serve ``--follow``); without it they close on return."""
+    spec = loaded.spec
+    hosts = [inventory.resolve(ref) for ref in spec.hosts]
+    slurmplan.check_hosts(loaded, hosts)
+    workspace = loaded.workspace_dir
+    skipped = syncmod.Skipped()
+    files = syncmod.select_files(workspace, spec.workspace.exclude, skipped)
+    warnings = syncmod.warnings_for(files, skipped)
+    project = syncmod.project_name(workspace)
+    if dry_run:
+        say(f"would sync {len(files)} file(s), {sum(f.size for f in files.values()) / 2**20:.1f} MB from {workspace}; "
+            + ("never synced (written by orch fetch/plot): " + runs.describe(skipped.orch_dirs) if skipped.orch_dirs else
+               f"folders orch writes (fetch/plot results, marked {runs.MARKER}) are never synced"))
+    say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
+    with ExitStack() as stack:
+        remotes = connect_all(hosts, inventory, trust, stack)
+        hellos = parallel(lambda r: synccache.hello(r, project, gpus=True), remotes)
+        key = submission_key(loaded, hosts)
+        earlier = registry.unconfirmed(key)
+        job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
+        plan, cluster_warnings = checked_plan(loaded, project, remotes, hellos, job_id)
+        warnings += cluster_warnings
+        for warning in warnings:
+            say(f"warning: {warning}")
+        if dry_run:
+            return Submitted(plan, None, warnings)
+        if len(hosts) > 1:
+            check_rendezvous(remotes, plan, say)
+        sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
+        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
+                     {"submission": key, **slurmcheck.log_nodes(plan)})
+        summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
+        pause("after-sync")
+        start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
+        registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
+        if keep is not None:
+            keep.push(stack.pop_all())
+        return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {})
+
+
+def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: LoadedSpec,
+               files: dict[str, syncmod.LocalFile], project: str, force: bool, pull_remote_edits: bool,
+               say: Say) -> list[syncmod.SyncPlan]:
+    """What to send each host (``sync.plan_sync``), saying so; with ``pull_remote_edits`` the
+    files edited on a host come back to the workspace first. Sends nothing."""
+    workspace, exclude = loaded.workspace_dir, loaded.spec.workspace.exclude
+    pulled: set[str] = set()
+    if pull_remote_edits:
+        for remote, hello in zip(remotes, hellos):
+            edited = [p for p in hello.get("sync", {}).get("edited", []) if p in files and p not in pulled]
+            if edited:
+                say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
+                pulled.update(transfer.pull(remote, project, workspace, edited))
+        if pulled:
+            files = syncmod.select_files(workspace, exclude)
+    for remote, hello in zip(remotes, hellos):
+        say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
+    sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
+    for remote, sp in zip(remotes, sync_plans):
+        say(f"{remote.host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
+            f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
+    return sync_plans
+
+
+def say_lock_holder(host: str, holder: Any, say: Say) -> None:
+    """Name an earlier sync that still holds the workspace's lock (from ``hello``; untrusted)."""
+    if not isinstance(holder, dict):
+        return
+    try:
+        pid, idle, started = int(holder.get("pid", 0)), float(holder.get("idle_s", 0)), float(holder.get("started", 0))
+    except (TypeError, ValueError):
+        return
+    since = datetime.fromtimestamp(started).strftime("%H:%M:%S") if started > 0 else "?"
+    say(f"{host}: an earlier sync of this workspace (pid {pid}, since {since}) still holds its lock, no progress "
+        f"for {idle:.0f} s; waiting — it is stopped after {transfer.STALL_S:.0f} s without progress")
+
+
+def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say) -> None:
+    """Send each node its launch request (job.json + ``extra``) and start its supervisor."""
+
+    def launch(rank: int) -> dict[str, Any]:
+        request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, **extra}
+        return remotes[rank].call("launch", request=request)
+
+    replies = parallel(launch, range(len(remotes)))
+    if any(r.get("existing") for r in replies):
+        say(f"{plan.job_id} was already started by an interrupted submit of this file: not started twice")
+    elif replies[0].get("slurm_job"):
+        say(f"submitted {plan.job_id} to Slurm on {remotes[0].host.name}: Slurm job {replies[0]['slurm_job']}, "
+            f"{len(plan.nodes)} node(s)")
+    else:
+        say(f"started {plan.job_id} on {', '.join(r.host.name for r in remotes)}")
+
+
+def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: Say,
+          trust: Callable[[str], bool] = ask_on_tty) -> Plan:
+    """Submit an earlier job again as a new job: the spec text it recorded and its own code
+    snapshot (hard-linked on each host), not today's workspace."""
+    with ExitStack() as stack:
+        first = connect_all([inventory.get(record.hosts[0])], inventory, trust, stack)[0]
+        shown = first.call("show", job=record.job_id)
+        if not isinstance(shown.get("spec_text"), str):
+            raise UsageError(f"{record.job_id} has no recorded spec on {first.host.name}: it cannot be rerun")
+        loaded = parse_spec(shown["spec_text"], Path(record.spec_path))
+        hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
+        remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
+        project = syncmod.project_name(loaded.workspace_dir)
+        hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
+        job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
+        plan, warnings = checked_plan(loaded, project, remotes, hellos, job_id)
+        for warning in warnings:
+            say(f"warning: {warning}")
+        registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
+        start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
+        registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
+        return plan

@@ -1,0 +1,3 @@
+"""Sweeps: one job file -> one validated job per combination, submitted on shared connections, one
+status row each.
+"""

@@ -1,0 +1,227 @@
+"""Workspace sync: choose files and diff them against what the host recorded (sending is
+``send.py``).
+
+Promises: ``.git/`` is never sent; files are chosen with gitignore semantics from the
+workspace's ``.gitignore``, ``.orchignore`` and ``workspace.exclude``, in that order; only
+changed files move (a second sync with no change sends no file data); each file lands under
+a temporary name and is renamed into place; a file deleted locally is deleted remotely only
+if orch synced it earlier; a file edited on the server since the last sync is never
+overwritten unless ``force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pathspec
+
+from orchestrator.state import runs
+from orchestrator.errors import UsageError
+from orchestrator.home import laptop_id
+
+SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
+LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    rel: str
+    size: int
+    mtime_ns: int
+    mode: int
+    link: str | None = None
+
+
+@dataclass
+class SyncPlan:
+    send: list[str] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    send_bytes: int = 0
+    noop: bool = False  # nothing to send, delete or re-record: no round trip needed
+    base: str | None = None  # the generation of the server's record this plan was made from
+    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)  # that record's files
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)  # entries that differ from it
+
+    def control(self) -> dict[str, Any]:
+        """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
+        entry) and the deletions."""
+        if self.base is None:
+            return {"delete": self.delete, "entries": self.entries}
+        return {"delete": self.delete, "base": self.base, "changed": self.changed}
+
+
+def project_name(workspace: Path) -> str:
+    """The workspace's folder on a server: ``<folder name>-<8 hex>``, the hex from this
+    laptop's id and the checkout's absolute path. Readable in VSCode, the same for every
+    submit from one checkout (incremental sync), and never shared by two checkouts — two
+    clones called ``train/`` on one laptop, or on two laptops, get folders of their own."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", workspace.name).strip(".-")[:40] or "workspace"
+    key = hashlib.sha256(f"{laptop_id()}\0{os.path.realpath(workspace)}".encode()).hexdigest()[:8]
+    return f"{name}-{key}"
+
+
+def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
+    lines: list[str] = []
+    for name in (".gitignore", ".orchignore"):
+        path = root / name
+        if path.is_file():
+            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines + list(exclude))
+
+
+@dataclass
+class Skipped:
+    """What ``select_files`` left out for a reason the user should hear about."""
+
+    orch_dirs: list[str] = field(default_factory=list)    # folders orch wrote (fetch/plot): never synced
+    unreadable: list[str] = field(default_factory=list)   # "path/ (reason)": folders that cannot be listed
+    special: list[str] = field(default_factory=list)      # sockets, FIFOs, devices: not files
+
+
+def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None) -> dict[str, LocalFile]:
+    """The workspace files to sync, by POSIX relative path.
+
+    Never ``.git/``, never a folder orch wrote itself (``runs.MARKER`` inside: fetched jobs,
+    plots), never orch's own temporaries. A symlink — to a file or to a folder — is synced as
+    a symlink (its target text), never followed. What is left out for a reason (orch's
+    folders, folders that cannot be read, sockets and FIFOs) goes into ``skipped``. A file
+    that cannot be read raises ``UsageError`` naming it: a job must not run without it
+    unawares."""
+    if not root.is_dir():
+        raise UsageError(f"workspace {root} is not a folder")
+    spec = ignore_spec(root, exclude)
+    notes = skipped if skipped is not None else Skipped()
+    out: dict[str, LocalFile] = {}
+
+    def unreadable(exc: OSError) -> None:
+        rel = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
+        notes.unreadable.append(f"{rel}/ ({exc.strerror or exc})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        kept = []
+        for d in sorted(dirnames):
+            rel = prefix + d
+            if d == ".git" or spec.match_file(rel + "/"):
+                continue
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):  # a symlink to a folder: synced as a link, like one to a file
+                if not spec.match_file(rel):
+                    out[rel] = LocalFile(rel, 0, os.lstat(full).st_mtime_ns, 0o777, os.readlink(full))
+                continue
+            if runs.is_run_dir(Path(full)):
+                notes.orch_dirs.append(rel + "/")
+                continue
+            kept.append(d)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            rel = prefix + name
+            if name.startswith(".orch-pull-") or spec.match_file(rel):
+                continue
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue  # deleted while we looked
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = LocalFile(rel, 0, st.st_mtime_ns, 0o777, os.readlink(full))
+            elif stat.S_ISREG(st.st_mode):
+                if not os.access(full, os.R_OK):
+                    raise UsageError(f"cannot read {Path(root, rel)} (permission denied): make it readable "
+                                     f"(chmod u+r) or leave it out of the sync in .orchignore")
+                out[rel] = LocalFile(rel, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+            else:
+                notes.special.append(rel)
+    return out
+
+
+def warnings_for(files: dict[str, LocalFile], skipped: Skipped | None = None) -> list[str]:
+    """Likely secrets, a too-large workspace, and what was skipped, each with a hint."""
+    out = []
+    secrets = [rel for rel in files if SECRET_RE.match(rel.rsplit("/", 1)[-1])]
+    if secrets:
+        out.append(f"these look like secrets and will be sent: {', '.join(secrets[:8])}"
+                   " (add them to .orchignore to keep them on the laptop)")
+    total = sum(f.size for f in files.values())
+    if total > LARGE_WORKSPACE_BYTES:
+        big = sorted(files.values(), key=lambda f: -f.size)[:3]
+        out.append(f"the workspace is {total / 2**20:.0f} MB; largest: "
+                   + ", ".join(f"{f.rel} ({f.size / 2**20:.0f} MB)" for f in big)
+                   + " — ignore data and checkpoints in .orchignore")
+    outside = [f"{f.rel} -> {f.link}" for f in files.values()
+               if f.link is not None and (f.link.startswith("/") or posixpath.normpath(
+                   posixpath.join(posixpath.dirname(f.rel), f.link)).startswith(".."))]
+    if outside:
+        out.append(f"these symlinks point outside the workspace and are synced as links (they may dangle on the "
+                   f"server): {few(outside)}")
+    if skipped is not None and skipped.unreadable:
+        out.append(f"not synced, cannot be read: {few(skipped.unreadable)} (fix the permissions, or .orchignore it)")
+    if skipped is not None and skipped.special:
+        out.append(f"not synced, not regular files (socket, FIFO or device): {few(skipped.special)}")
+    return out
+
+
+def few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" (+{len(items) - n} more)" if len(items) > n else "")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], force: bool,
+              pulled: frozenset[str] = frozenset()) -> SyncPlan:
+    """Decide what to send and delete from local stats and the host's record. Files edited
+    on the server are refused unless ``force``, or unless they were just ``pulled`` (then the
+    laptop's copy is the server's)."""
+    recorded: dict[str, Any] = remote.get("files", {})
+    edited = set(remote.get("edited", []))
+    plan = SyncPlan()
+    for rel, f in files.items():
+        rec = recorded.get(rel)
+        entry = {"size": f.size, "mtime_ns": f.mtime_ns, "mode": f.mode, "link": f.link}
+        same_stat = rec is not None and all(rec.get(k) == entry[k] for k in entry)
+        if same_stat:
+            entry["sha256"] = rec.get("sha256")
+        else:  # a new file is hashed while it is sent (the server records the hash of what arrived)
+            entry["sha256"] = None if f.link is not None or rec is None else sha256_of(root / rel)
+        unchanged = rec is not None and rec.get("sha256") == entry["sha256"] and rec.get("mode") == f.mode \
+            and rec.get("link") == f.link
+        plan.entries[rel] = entry
+        if unchanged and rel not in remote.get("missing", []) and (rel not in edited or not force):
+            continue
+        plan.send.append(rel)
+        plan.send_bytes += f.size
+    plan.delete = sorted(rel for rel in recorded if rel not in files)
+    generation = remote.get("generation")  # "" stands for "no record yet": every entry is a change
+    plan.base = generation if isinstance(generation, str) else ("" if not recorded else None)
+    plan.recorded = recorded
+    plan.changed = {rel: entry for rel, entry in plan.entries.items()
+                    if rel in plan.send or _laptop_fields(recorded[rel]) != entry}
+    plan.noop = not plan.send and not plan.delete and not plan.changed
+    clobber = sorted(edited - pulled) if not force else []
+    if clobber:
+        raise UsageError(
+            "these files were changed on the server since the last sync (the laptop's copy would replace them): "
+            + ", ".join(clobber[:20]) + ("" if len(clobber) <= 20 else f" (+{len(clobber) - 20} more)")
+            + "\nBring them to the laptop with --pull-remote-edits, or pass --force to overwrite them."
+        )
+    return plan
+
+
+def _laptop_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A record entry without what only the server writes (its own size and mtime)."""
+    return {k: v for k, v in entry.items() if k not in ("rsize", "rmtime_ns")}

@@ -1,0 +1,226 @@
+"""Moving workspace files: ``sync`` (choose, diff, send), one tar stream to the helper's
+``receive`` (``send``), and files edited on the server back to the laptop (``pull``). What to
+move is decided in ``selection.py``.
+
+Promises: every file lands on the server under a temporary name and is renamed into place;
+a file that changed while it was read is sent again; no thread ever prints a traceback —
+a writer's failure is raised in the caller, the laptop's own cause (a file it cannot read)
+before a broken stream's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import platform
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.sync import record as synccache
+from orchestrator.errors import RemoteError, UsageError
+from orchestrator.helper.remote import FileStream, Remote
+from orchestrator.sync.selection import SyncPlan, few, plan_sync, project_name, select_files, sha256_of
+from orchestrator.testhooks import pause
+from orchestrator.transport.base import Process
+
+
+class _ProcessWriter(io.RawIOBase):
+    def __init__(self, proc: Process) -> None:
+        self.proc = proc
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.proc.write(bytes(data))
+        return len(data)
+
+
+class _HashingReader:
+    """Reads exactly ``size`` bytes of ``f`` for tarfile, hashing them; a file that shrank
+    meanwhile is padded with zeros (and flagged) instead of breaking the stream."""
+
+    def __init__(self, f: Any, size: int) -> None:
+        self.f, self.left, self.hash, self.short = f, size, hashlib.sha256(), False
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n)
+        if len(data) < n:
+            self.short = True
+            data += b"\0" * (n - len(data))
+        self.left -= len(data)
+        self.hash.update(data)
+        return data
+
+
+def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
+    """Write the plan as one tar to ``proc``; return the files that changed between planning
+    and sending (or while being read): their server copy may be torn, so they go again."""
+    changed: list[str] = []
+    with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=1 << 18) as tar:
+        source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
+        control = json.dumps(dict(plan.control(), source=source)).encode()
+        info = tarfile.TarInfo(".orch-sync.json")
+        info.size = len(control)
+        tar.addfile(info, io.BytesIO(control))
+        for rel in plan.send:
+            entry = plan.entries[rel]
+            info = tarfile.TarInfo(rel)
+            if entry["link"] is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
+                tar.addfile(info)
+                continue
+            try:
+                f = open(root / rel, "rb")
+            except FileNotFoundError:
+                changed.append(rel)  # deleted since planning: not sent; the next round drops it
+                continue
+            with f:
+                before = os.fstat(f.fileno())
+                info.size, info.mode = before.st_size, entry["mode"]
+                reader = _HashingReader(f, before.st_size)
+                tar.addfile(info, reader)
+                after = os.fstat(f.fileno())
+            stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
+                     (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these
+            if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
+                changed.append(rel)
+            if progress:
+                progress(before.st_size)
+    proc.close_stdin()
+    return changed
+
+
+def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
+            recorded: dict[str, Any] | None) -> SyncPlan:
+    """A plan that sends ``changed`` again as they are now (and deletes the vanished ones),
+    as changes to the record ``base`` the last round left (every entry when unknown)."""
+    again = SyncPlan(entries=dict(plan.entries), base=base if recorded is not None else None, recorded=recorded or {})
+    for rel in changed:
+        path = root / rel
+        try:
+            st = os.lstat(path)
+            digest = sha256_of(path)
+        except FileNotFoundError:
+            again.entries.pop(rel, None)
+            again.delete.append(rel)
+            continue
+        again.entries[rel] = dict(plan.entries[rel], size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest)
+        again.send.append(rel)
+        again.send_bytes += st.st_size
+    again.changed = {rel: again.entries[rel] for rel in again.send}
+    return again
+
+
+SEND_ROUNDS = 3
+# An earlier receive of the same workspace that made no progress for this long is stopped
+# and its lock taken over (remote_payload/jobdir/lease.py); tests shorten it.
+STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
+
+
+def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
+         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Stream the plan's files as one tar to ``agent receive``; return its summary.
+
+    A file changed, truncated or deleted while it was being sent is sent again as it is
+    then (up to ``SEND_ROUNDS`` rounds; a file that keeps changing is a ``UsageError``
+    naming it). The server records the hash of what it received, never a hash it lacks."""
+    if plan.noop:
+        return {"written": 0, "deleted": 0, "bytes": 0}
+    total: dict[str, Any] = {}
+    for _ in range(SEND_ROUNDS):
+        value, changed = _send_once(remote, project, root, plan, progress)
+        if plan.base is not None:
+            recorded = synccache.after_receive(remote.host, project, plan.recorded, value)
+        else:  # every entry was sent: the next hello brings the record whole
+            recorded = None
+            synccache.store(remote.host, project, None, {})
+        for key, number in value.items():
+            if key != "changes":
+                total[key] = total.get(key, 0) + number if isinstance(number, int) else number
+        if not changed:
+            return total
+        plan = _replan(root, plan, changed, value["generation"], recorded)
+    raise UsageError(f"these files kept changing while they were sent: {few(changed)} — is a program writing "
+                     "them? Stop it, or leave them out of the sync in .orchignore")
+
+
+def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
+               progress: Callable[[int], None] | None) -> tuple[dict[str, Any], list[str]]:
+    proc = remote.start("receive", project=project, stall_s=STALL_S)
+    pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
+    outcome: dict[str, Any] = {}
+
+    def produce() -> None:
+        try:
+            outcome["changed"] = _write_stream(proc, root, plan, progress)
+        except BaseException as exc:  # reported below, after the remote side ends; never printed here
+            outcome["error"] = exc
+            try:
+                proc.kill()
+            except BaseException:  # noqa: BLE001 - the link may be gone already
+                pass
+
+    writer = threading.Thread(target=produce, daemon=True, name="orch-sync-writer")
+    writer.start()
+    try:
+        value = remote.finish(proc, "sync")
+    except BaseException:
+        writer.join(timeout=30)
+        _raise_local(outcome.get("error"))  # the laptop's own problem explains the broken stream
+        raise
+    writer.join()
+    _raise_local(outcome.get("error"))
+    if "error" in outcome:
+        raise outcome["error"]
+    return value, outcome.get("changed", [])
+
+
+def _raise_local(exc: BaseException | None) -> None:
+    """Re-raise a laptop-side failure of the writer (a file it could not read) as itself."""
+    if isinstance(exc, UsageError):
+        raise exc
+    if isinstance(exc, OSError) and exc.filename:
+        raise UsageError(f"cannot read {exc.filename} ({exc.strerror or exc}) while syncing: fix it, or leave "
+                         "it out of the sync in .orchignore") from None
+
+
+def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str]:
+    """Copy ``paths`` (files orch synced, since edited on the server) from the host's
+    workspace into the local one, each written to a temporary and renamed into place."""
+    requests = [{"path": p, "offset": 0} for p in paths]
+    proc = remote.start("send_ws", project=project, files=requests)
+    stream = FileStream(proc)
+    base = os.path.realpath(root)
+    for req in requests:
+        header = stream.header()
+        size = header.get("size")
+        target = os.path.realpath(os.path.join(base, req["path"]))
+        if header.get("path") != req["path"] or not isinstance(size, int) or size < 0 \
+                or not target.startswith(base + os.sep):
+            raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
+        tmp = Path(target).with_name(f".orch-pull-{os.getpid()}-{Path(target).name}")
+        with open(tmp, "wb") as f:
+            remaining = size
+            while remaining:
+                data = stream.take(min(remaining, 1 << 20))
+                f.write(data)
+                remaining -= len(data)
+        os.replace(tmp, target)
+    if stream.header() != {"end": True}:
+        raise RemoteError(f"{remote.host.name}: the file stream did not end cleanly")
+    remote.finish(proc, "bringing back edited files")
+    return paths
+
+
+def sync(remote: Remote, root: Path, exclude: list[str], state: dict[str, Any], force: bool = False) -> tuple[SyncPlan, dict[str, Any]]:
+    """Sync ``root`` to the host's workspace for its project; ``state`` is hello's ``sync``."""
+    files = select_files(root, exclude)
+    plan = plan_sync(root, files, state, force)
+    summary = send(remote, project_name(root), root, plan)
+    return plan, summary

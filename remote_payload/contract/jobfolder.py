@@ -1,0 +1,50 @@
+"""A job folder as both sides see it: the names they rely on (and the supervisor's script inside
+a shipped payload), JSON files written whole and read as untrusted, and the one sha256 helper.
+
+Standard library only (Python >= 3.8): the laptop imports this, and so does the supervisor,
+which runs before a job's setup step has installed anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Optional
+
+CODE_DIR = "code"  # the job's working directory: the workspace snapshot, plus what the job writes there
+SNAPSHOT = "snapshot.json"  # what the snapshot held at launch: {"files": {rel: {"size", "mtime_ns"}}}
+SKIP_DIRS = ("__pycache__",)  # written by python itself in the working directory, never an output
+HASHES = ".hashes.json"  # a cache of sha256 by (path, size, mtime_ns) for live manifests and move listings
+SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <root>/payload/<hash>/
+NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_json(path: str, data: Any) -> None:
+    """Write JSON so a reader sees the old or the new file, never half of one."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Optional[Any]:
+    """The parsed file, or None when it is missing or not valid JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,3 @@
+"""The host's GPU queue: each job's supervisor waits here for its GPUs; no daemon (standard library
+only).
+"""

@@ -1,0 +1,284 @@
+"""Server-side jobs and facts: what the requests of ``serve.py`` do with a host's root.
+
+Standard library only, Python >= 3.8. ``AgentError`` is a failure the user should read (it
+becomes the request's ``{"error": ...}`` reply).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from remote_payload.move import job as movejob
+from remote_payload.jobdir import processes as proctree, record as repro
+from remote_payload.slurm import job as slurmjob
+from remote_payload.helper import workspace
+from remote_payload.contract.jobfolder import CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT
+from remote_payload.contract.jobfolder import atomic_write_json, read_json
+from remote_payload.jobdir.processes import boot_id, pid_alive
+from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
+from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
+from remote_payload.jobdir.status import kill_group, last_metrics, read_status, survivors_of
+
+PENDING_GRACE_S = 30.0
+FINISHING_S = 120.0  # how long move_list waits for an ended job's supervisor to finish its records
+
+
+class AgentError(Exception):
+    pass
+
+
+class Agent:
+    def __init__(self, root: str, payload_dir: str) -> None:
+        self.root, self.payload_dir = root, payload_dir
+
+    def job_id(self, job_id: str) -> str:
+        """``job_id`` if it can name a folder under ``jobs/``; else ``AgentError``."""
+        if not job_id or "/" in job_id or job_id.startswith(".") or "\x00" in job_id:
+            raise AgentError("bad job id %r" % job_id)
+        return job_id
+
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.root, "jobs", self.job_id(job_id))
+
+    # -- facts and sync -------------------------------------------------------------
+    def hello(self, project: Optional[str] = None, gpus: bool = False, known: Optional[str] = None,
+              slurm: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Facts about the host; with ``project``, its sync state (``workspace.sync_state``);
+        with ``slurm`` (the env for Slurm's commands), the cluster's (``slurmjob.host_facts``)."""
+        out: Dict[str, Any] = {
+            "python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
+            "root": self.root, "boot_id": boot_id(), "hostname": socket.gethostname(), "payload": self.payload_dir,
+        }
+        if slurm is not None:
+            out["slurm"] = slurmjob.host_facts({str(k): str(v) for k, v in slurm.items()}, self.root)
+        if gpus:
+            out["gpus"] = count_gpus()
+        if project:
+            out["sync"] = workspace.sync_state(self.root, project, known)
+        return out
+
+    # -- jobs ------------------------------------------------------------------------
+    def launch(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """Snapshot the workspace into ``jobs/<id>/code`` (hard links), write job.json, and
+        start the supervisor — on a Slurm login node: write ``slurm.sh`` and sbatch it, the
+        supervisor starts in the allocation. Idempotent: a job id that exists is reported, not
+        restarted."""
+        job = request["job"]
+        final = self.job_dir(job["job_id"])
+        if os.path.exists(final):
+            return {"existing": True, "status": self.probe(job["job_id"])}
+        jobs = os.path.dirname(final)
+        os.makedirs(jobs, exist_ok=True)
+        tmp = os.path.join(jobs, ".tmp-%s-%d" % (job["job_id"], os.getpid()))
+        os.makedirs(tmp)
+        code = os.path.join(tmp, CODE_DIR)
+        if request.get("from_job"):  # orch rerun: the earlier job's code and records, not the workspace
+            earlier = self.job_dir(request["from_job"])
+            shipped = (read_json(os.path.join(earlier, SNAPSHOT)) or {}).get("files")  # not what that job wrote
+            linked = workspace.link_tree(os.path.join(earlier, CODE_DIR), code,
+                                         only=set(shipped) if isinstance(shipped, dict) else None)
+            workspace.link_tree(os.path.join(earlier, "repro"), os.path.join(tmp, "repro"), only=repro.FROM_LAPTOP)
+        else:
+            linked = workspace.snapshot(self.root, request["project"], code)
+        os.makedirs(code, exist_ok=True)
+        atomic_write_json(os.path.join(tmp, SNAPSHOT), snapshot_record(code, linked))
+        repro.write_submission(os.path.join(tmp, "repro"), request.get("repro") or {})
+        os.makedirs(os.path.join(tmp, "logs"))
+        atomic_write_json(os.path.join(tmp, "job.json"), job)
+        if request.get("train") is not None:
+            atomic_write_json(os.path.join(tmp, "train.json"), request["train"])
+        if job.get("slurm"):
+            with open(os.path.join(tmp, slurmjob.SCRIPT), "w", encoding="utf-8") as f:
+                f.write(job["slurm"]["script"])
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return {"existing": True, "status": self.probe(job["job_id"])}
+        if job.get("slurm"):
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
+        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+
+    def move_list(self, job_id: str) -> Dict[str, Any]:
+        """What moving the job carries (``movejob.listing``), with its state here."""
+        d = self.job_dir(job_id)
+        if not os.path.isdir(d):
+            raise AgentError("job %s is not on this host" % job_id)
+        deadline = time.time() + FINISHING_S  # an ended job's supervisor still records its environment: let it
+        while time.time() < deadline:
+            st = read_status(os.path.join(d, "status.json")) or {}
+            if st.get("state") not in TERMINAL or not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
+                break
+            time.sleep(0.2)
+        return dict(movejob.listing(d), state=self.probe(job_id)["state"])
+
+    def adopt(self, request: Dict[str, Any], files: List[Dict[str, Any]], moved: Dict[str, Any]) -> Dict[str, Any]:
+        """A moved job: its staged files become ``jobs/<id>`` (``movejob.adopt``) with
+        ``request``'s job.json, then it starts as ``launch`` starts one. Idempotent."""
+        job = request["job"]
+        final = self.job_dir(job["job_id"])
+        if os.path.exists(final):
+            return {"existing": True, "status": self.probe(job["job_id"])}
+        movejob.adopt(self.root, job["job_id"], final, files, job, request.get("train"), moved)
+        if job.get("slurm"):
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
+        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+
+    def _slurm(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except slurmjob.SlurmJobError as exc:
+            raise AgentError(str(exc)) from None
+
+    def spawn(self, job_dir: str, node_rank: int) -> int:
+        log = open(os.path.join(job_dir, "logs", "supervisor-node%d.log" % node_rank), "ab")
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(self.payload_dir, *SUPERVISOR_SCRIPT),
+             "--job-dir", job_dir, "--node-rank", str(node_rank)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+        )
+        return proc.pid
+
+    def probe(self, job_id: str) -> Dict[str, Any]:
+        """The job's status with ``lost`` decided here: no live supervisor, no terminal state
+        (a Slurm job's: ``slurmjob.probe``, from Slurm's word)."""
+        d = self.job_dir(job_id)
+        if not os.path.isdir(d):
+            return {"job_id": job_id, "state": "unknown", "reason": "no such job on this host"}
+        st = read_status(os.path.join(d, "status.json"))
+        job = self.slurm_job(d)
+        if job is not None:  # the supervisor runs in an allocation: Slurm says whether it lives
+            st = dict(slurmjob.probe(d, job, st), job_id=job_id)
+        elif not isinstance(st, dict) or "state" not in st:
+            age = time.time() - os.stat(d).st_mtime
+            if age < PENDING_GRACE_S:
+                return {"job_id": job_id, "state": "pending"}
+            return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
+        else:
+            st["job_id"] = job_id
+        if st["state"] == "unknown" or job is not None:  # broken status.json: say so, decide nothing from it
+            pass
+        elif st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
+            pass  # resumed: the new supervisor is starting
+        elif st["state"] not in TERMINAL:
+            if st.get("boot_id") != boot_id():
+                st.update(state="lost", reason="the server restarted since the job started")
+            elif not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
+                survivors = survivors_of(st)
+                if survivors:  # never "lost" while the job's processes run: one live attempt at a time
+                    st.update(state="running", unsupervised=True, survivors=len(survivors),
+                              reason="the supervisor is gone (killed?) but %d of the job's processes still run: "
+                                     "orch cancel stops them; orch resume stops them, then restarts from the "
+                                     "last checkpoint" % len(survivors))
+                else:
+                    st.update(state="lost", reason="the supervisor is not running (killed?)")
+        metrics = last_metrics(os.path.join(d, "metrics.jsonl"))
+        if metrics is not None:
+            st["metrics"] = metrics
+        return st
+
+    def status(self, job_ids: List[str]) -> Dict[str, Any]:
+        """Each job probed on its own: one job's broken files make that job ``unknown``
+        (with the reason), never the host's whole answer fail."""
+        out: Dict[str, Any] = {}
+        for job_id in job_ids:
+            try:
+                out[job_id] = self.probe(job_id)
+            except Exception as exc:  # noqa: BLE001 - a job's own files are untrusted input
+                out[job_id] = {"job_id": job_id, "state": "unknown",
+                               "reason": ("its files on the server are unreadable: %s: %s" % (type(exc).__name__, exc))[:300]}
+        return {"jobs": out}
+
+    def cancel(self, job_id: str, grace: float) -> Dict[str, Any]:
+        st = self.probe(job_id)
+        if st["state"] in TERMINAL or st["state"] == UNKNOWN:
+            return st
+        d = self.job_dir(job_id)
+        job = self.slurm_job(d)
+        if job is not None:
+            return dict(self._slurm(slurmjob.cancel, d, job, st, grace), job_id=job_id)
+        if st["state"] != "lost" and not st.get("unsupervised"):
+            try:
+                os.kill(int(st["supervisor_pid"]), signal.SIGTERM)
+            except (ProcessLookupError, TypeError, ValueError):
+                pass  # it just ended, or never recorded its pid: the wait below sees what state it left
+            deadline = time.time() + grace + 15
+            while time.time() < deadline:
+                st = self.probe(job_id)
+                if st["state"] in TERMINAL or st["state"] == LOST:
+                    break
+                time.sleep(0.1)
+        if st["state"] not in TERMINAL:  # no supervisor left to do it: do it here
+            pgid = int(st.get("pgid") or 0)
+            if pgid > 0:
+                kill_group(pgid, grace)
+            proctree.stop([(int(p[0]), int(p[1])) for p in st.get("procs") or []], grace)
+            status = read_json(os.path.join(d, "status.json")) or {"job_id": job_id}
+            status.update(state="cancelled", reason="cancelled (supervisor was gone)", ended=time.time())
+            manifest_path = os.path.join(d, "manifest.json")
+            atomic_write_json(manifest_path, build_manifest(d, read_json(manifest_path)))
+            atomic_write_json(os.path.join(d, "status.json"), status)
+            st = self.probe(job_id)
+        return st
+
+    def resume(self, job_id: str, whole_job: bool = False) -> Dict[str, Any]:
+        """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
+        multi-node job, so a node that had succeeded restarts too."""
+        st = self.probe(job_id)
+        job = self.slurm_job(self.job_dir(job_id))
+        if job is not None and st["state"] in RESUMABLE:
+            return {"slurm_job": self._slurm(slurmjob.resume, self.job_dir(job_id), job)}
+        if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
+            d = self.job_dir(job_id)
+            grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
+            proctree.stop(survivors_of(st), grace)
+            if survivors_of(st):
+                raise AgentError("job %s: processes of the earlier attempt do not stop; not resumed" % job_id)
+            st = self.probe(job_id)
+        if st["state"] not in RESUMABLE + ((SUCCEEDED,) if whole_job else ()):
+            raise AgentError("job %s is %s; only a failed, lost or cancelled job can be resumed" % (job_id, st["state"]))
+        d = self.job_dir(job_id)
+        old = read_json(os.path.join(d, "status.json")) or {}
+        old.update(state="pending", reason="resuming", supervisor_pid=None, heartbeat=time.time())
+        atomic_write_json(os.path.join(d, "status.json"), old)
+        return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
+
+    def slurm_job(self, job_dir: str) -> Optional[Dict[str, Any]]:
+        """job.json of a job run through Slurm, else None."""
+        job = read_json(os.path.join(job_dir, "job.json"))
+        return job if isinstance(job, dict) and job.get("slurm") else None
+
+    # -- logs and files --------------------------------------------------------------
+    def log_path(self, job_id: str, node: int) -> str:
+        return os.path.join(self.job_dir(job_id), "logs", "node%d.log" % node)
+
+    def manifest(self, job_id: str) -> Dict[str, Any]:
+        d = self.job_dir(job_id)
+        path = os.path.join(d, "manifest.json")
+        st = self.probe(job_id)
+        current = read_json(path)
+        if not (st["state"] in TERMINAL and isinstance(current, dict)):  # a live job: hash what changed since last time
+            current = build_manifest(d, {"files": list(known_hashes(d).values())})
+            keep_hashes(d, current["files"])
+        current["outputs"] = (read_json(os.path.join(d, "job.json")) or {}).get("outputs")
+        current["state"] = st["state"]
+        return current
+
+
+def count_gpus() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    n = sum(1 for line in out.decode("utf-8", "replace").splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        n = min(n, len([v for v in visible.split(",") if v.strip()]))
+    return n

@@ -1,0 +1,116 @@
+"""Locks on the server that cannot outlive their holder (standard library only).
+
+A lease is an ``flock`` on ``<path>`` plus a holder record ``<path>.holder`` (pid, command,
+start time) whose mtime is the holder's last sign of progress. The kernel frees the flock
+when the holder exits; a holder that is alive but stuck — an agent still reading a stream
+from a connection that froze, which the server may not notice for hours — is detected by
+its progress: after ``stall_s`` seconds without any, a waiter stops it (SIGKILL, only if its
+command line is orch's agent doing the same command) and takes the lease. A waiter never
+waits past ``max_wait_s``: it fails naming the holder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from typing import IO, Any, Dict, Optional
+
+from remote_payload.jobdir.processes import pid_alive
+from remote_payload.contract.jobfolder import read_json
+
+STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
+PROGRESS_EVERY_S = 1.0
+
+
+class LeaseBusy(Exception):
+    pass
+
+
+class Lease:
+    """A held lease; ``progress()`` is cheap enough to call per block of data."""
+
+    def __init__(self, path: str, handle: IO[str], took_over: Optional[Dict[str, Any]]) -> None:
+        self.path, self.handle, self.took_over = path, handle, took_over
+        self.last = 0.0
+        self.progress()
+
+    def progress(self) -> None:
+        now = time.time()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            try:
+                os.utime(self.path + ".holder")
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        try:
+            os.unlink(self.path + ".holder")
+        except OSError:
+            pass
+        self.handle.close()
+
+
+def holder(path: str) -> Optional[Dict[str, Any]]:
+    """Who holds the lease now — ``{pid, what, started, idle_s}`` — or None when it is free."""
+    try:
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return None
+            except BlockingIOError:
+                pass
+    except OSError:
+        return None
+    return _describe(path)
+
+
+def _describe(path: str) -> Dict[str, Any]:
+    info = read_json(path + ".holder")
+    info = info if isinstance(info, dict) else {}
+    try:
+        idle = time.time() - os.stat(path + ".holder").st_mtime
+    except OSError:
+        idle = 0.0
+    return {"pid": int(info.get("pid") or 0), "what": str(info.get("what") or "?")[:80],
+            "started": float(info.get("started") or 0), "idle_s": round(max(idle, 0.0), 1)}
+
+
+HELPER_MARK = "serve"  # in the command line of orch's helper (the only lease holder): never kill a reused pid
+
+
+def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional[float] = None) -> Lease:
+    """Take the lease for ``what`` (e.g. ``"receive myproject"``), stopping a stalled holder
+    of the same ``what``. Raises ``LeaseBusy`` naming the holder after ``max_wait_s``
+    (default: twice ``stall_s``)."""
+    limit = time.time() + (2 * stall_s + 5 if max_wait_s is None else max_wait_s)
+    handle = open(path, "a")
+    took_over: Optional[Dict[str, Any]] = None
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            pass
+        current = _describe(path)
+        if current["idle_s"] > stall_s and current["what"] == what and current["pid"] > 0 \
+                and pid_alive(current["pid"], HELPER_MARK):
+            try:
+                os.kill(current["pid"], signal.SIGKILL)
+                took_over = current
+            except OSError:
+                pass
+        if time.time() > limit:
+            handle.close()
+            raise LeaseBusy("%s is held by pid %d (%s) since %s, no progress for %.0f s; try again later"
+                            % (os.path.basename(path), current["pid"], current["what"],
+                               time.strftime("%H:%M:%S", time.localtime(current["started"])), current["idle_s"]))
+        time.sleep(0.2)
+    tmp = "%s.holder.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "what": what, "started": time.time()}, f)
+    os.replace(tmp, path + ".holder")
+    return Lease(path, handle, took_over)

@@ -1,0 +1,168 @@
+"""The supervisor's metrics watcher: follow the node log, append what ``scrape`` recognises
+to ``metrics.jsonl`` (standard library only, Python >= 3.8).
+
+``watch(job_dir, node_rank, say, env)`` starts it just before the job and returns an object
+whose ``stop()`` (after the job ended) reads the rest of the log, writes what is pending,
+and joins the thread. See scrape.py for what is recognised and for the contracts: never for
+the built-in trainer, yields to a job that writes ``metrics.jsonl`` itself, bounded, and
+never raises into the supervisor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from remote_payload.supervisor import scrape
+
+OFF = ("0", "false", "no", "off")
+FINAL_READ_BYTES = 64 << 20  # at most this much of a log is read after the job ended
+
+
+class MetricsFile:
+    """Appends rows to ``path`` only while nobody else writes it."""
+
+    def __init__(self, path: str, say: Callable[[str], None]) -> None:
+        self.path, self.say = path, say
+        self.expected: Optional[int] = self._size()
+        self.enabled = self.expected == 0 or self._last_is_ours()
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
+
+    def _last_is_ours(self) -> bool:
+        """A resumed attempt continues a file this watcher wrote; any other writer wins."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+                last = [line for line in f.read().splitlines() if line.strip()][-1]
+            return str(json.loads(last.decode("utf-8", "replace")).get("source", "")).startswith("hf-")
+        except (OSError, IndexError, ValueError, AttributeError):
+            return False
+
+    def append(self, rows: List[Dict[str, Any]]) -> None:
+        if not rows or not self.enabled:
+            return
+        if self._size() != self.expected:
+            self.enabled = False
+            self.say("metrics.jsonl is written by the job itself: rows read from the log are no longer added")
+            return
+        data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        self.expected = (self.expected or 0) + len(data)
+
+
+class Watcher:
+    def __init__(self, job_dir: str, node_rank: int, say: Callable[[str], None]) -> None:
+        self.job_dir, self.say = job_dir, say
+        self.log_path = os.path.join(job_dir, "logs", "node%d.log" % node_rank)
+        self.offset = self._log_size()
+        self.parser = scrape.LineParser()
+        self.out = MetricsFile(os.path.join(job_dir, "metrics.jsonl"), say)
+        self.stopping = threading.Event()
+        self.last_train = self.last_eval = -1.0
+        self.state_seen: Optional[tuple] = None
+        self.thread = threading.Thread(target=self._run, name="orch-metrics", daemon=True)
+
+    def _log_size(self) -> int:
+        try:
+            return os.stat(self.log_path).st_size
+        except OSError:
+            return 0
+
+    def start(self) -> "Watcher":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=60)
+
+    def _write(self, rows: List[Dict[str, Any]]) -> None:
+        for row in rows:
+            if "step" in row:
+                if "loss" in row:
+                    self.last_train = max(self.last_train, row["step"])
+                if "eval_loss" in row:
+                    self.last_eval = max(self.last_eval, row["step"])
+        self.out.append(rows)
+
+    def _read_log(self, budget: int) -> None:
+        """Feed new log bytes (at most ``budget``) to the parser."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.offset)
+                while budget > 0:
+                    chunk = f.read(min(scrape.MAX_READ, budget))
+                    if not chunk:
+                        break
+                    self.offset += len(chunk)
+                    budget -= len(chunk)
+                    self._write(self.parser.feed(chunk.decode("utf-8", "replace")))
+        except OSError:
+            return
+
+    def _scan_state(self) -> None:
+        path = scrape.find_trainer_state(self.job_dir)
+        if path is None:
+            return
+        try:
+            st = os.stat(path)
+            if (path, st.st_mtime_ns, st.st_size) == self.state_seen or st.st_size > scrape.MAX_STATE_BYTES:
+                return
+            self.state_seen = (path, st.st_mtime_ns, st.st_size)
+            with open(path, "rb") as f:
+                state = json.loads(f.read(scrape.MAX_STATE_BYTES).decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            return
+        if isinstance(state, dict):
+            rows, total = scrape.state_rows(state, self.last_train, self.last_eval, time.time())
+            if total and not self.parser.total:
+                self.parser.total = total
+            self._write(rows)
+
+    def _run(self) -> None:
+        try:
+            next_scan = time.time() + scrape.STATE_SCAN_S
+            while not self.stopping.wait(scrape.POLL_S):
+                self._read_log(8 * scrape.MAX_READ)
+                self._write(self.parser.flush(older_than=scrape.PENDING_MAX_S))
+                if time.time() >= next_scan:
+                    self._scan_state()
+                    next_scan = time.time() + scrape.STATE_SCAN_S
+            self._read_log(FINAL_READ_BYTES)
+            self._write(self.parser.feed("\n") + self.parser.flush())
+            self._scan_state()
+        except Exception as exc:  # noqa: BLE001 - metrics are a convenience: never fail the job
+            try:
+                self.say("metrics from the log stopped: %r" % (exc,))
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class _Off:
+    def stop(self) -> None:
+        pass
+
+
+def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[str, str]) -> Any:
+    """A started Watcher, or an object whose ``stop`` does nothing: for the built-in trainer
+    (it writes its own metrics) and when the job's env sets ``ORCH_METRICS_FROM_LOG=0``."""
+    try:
+        if os.path.exists(os.path.join(job_dir, "train.json")) or env.get("ORCH_METRICS_FROM_LOG", "").lower() in OFF:
+            return _Off()
+        return Watcher(job_dir, node_rank, say).start()
+    except Exception:  # noqa: BLE001
+        return _Off()

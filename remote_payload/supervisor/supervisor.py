@@ -1,0 +1,313 @@
+"""The per-node supervisor: setup, then the job (under torchrun, or started directly), then
+manifest and state.
+
+Started detached (new session, all three streams redirected) by ``agent.py launch``, so it
+survives the SSH session ending and SIGHUP. Standard library only. Contract (docs/architecture.md):
+
+- ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
+  exit code, reason. A terminal state is written only after ``manifest.json`` is complete.
+- The end is fast: the recorded environment (``repro.Recorder``) and a manifest of what the job
+  has written so far (``ManifestCache``) are made while the job runs, so after its last process
+  exits only new or changed files are hashed before the terminal state. A record still running
+  then is not waited for: it lands a moment later and ``manifest.json`` is refreshed with it.
+- A direct start (the plan's ``direct``: one node, one process) runs ``argv`` itself with the
+  environment torchrun would give that one worker (``direct_env``).
+- ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
+  only ever appended to, so readers can follow it by byte offset.
+- Before setup the node waits for its GPUs in the host's queue (``gpuqueue.take``: state
+  ``queued``), gets them as ``CUDA_VISIBLE_DEVICES`` and gives them back in ``finish``.
+- SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
+  ``grace_s`` what is left is killed. The job then ends ``cancelled``.
+- In a Slurm allocation (job.json has ``slurm``; ``slurmrun.py``) the job runs as one srun
+  step across the allocation's nodes; SIGUSR1 is the time-limit warning, and a SIGTERM
+  that is not ``orch cancel`` ends the job with the state Slurm names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+if __name__ == "__main__":  # run as a script: imports start at the payload folder, not this script's own
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote_payload.supervisor import failure, metricswatch, onfinish, allocation as slurmrun, webhook  # noqa: E402
+from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
+from remote_payload.jobdir import processes as proctree, record as repro  # noqa: E402
+from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
+from remote_payload.jobdir.manifest import Flock, ManifestCache  # noqa: E402
+from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
+from remote_payload.jobdir.processes import boot_id  # noqa: E402
+from remote_payload.jobdir.manifest import build_manifest, file_key  # noqa: E402
+from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
+
+
+RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
+TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")
+TRAINER_NEEDS = ("the built-in trainer needs %s on this host's python: add to the job's setup: "
+                 "python -m pip install transformers peft safetensors pydantic")
+
+
+class Supervisor:
+    def __init__(self, job_dir: str, node_rank: int) -> None:
+        self.job_dir, self.node_rank = job_dir, node_rank
+        self.job: Dict[str, Any] = read_json(os.path.join(job_dir, "job.json")) or {}
+        self.node: Dict[str, Any] = self.job["nodes"][node_rank]
+        self.status_path = os.path.join(job_dir, "status.json")
+        self.lock = threading.Lock()
+        self.cancelled = threading.Event()
+        self.warned = threading.Event()  # Slurm's time-limit warning (SIGUSR1)
+        self.slurm = bool(self.job.get("slurm"))
+        self.child: Optional[subprocess.Popen] = None
+        self.recorder: Optional[repro.Recorder] = None
+        self.manifests: Optional[ManifestCache] = None
+        self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
+        old = read_json(self.status_path) or {}
+        self.status: Dict[str, Any] = {
+            "job_id": self.job["job_id"], "node_rank": node_rank, "state": "setting_up",
+            "supervisor_pid": os.getpid(), "pgid": None, "child_pid": None, "boot_id": boot_id(),
+            "started": time.time(), "ended": None, "heartbeat": time.time(), "exit_code": None,
+            "reason": None, "attempt": int(old.get("attempt", 0)) + 1,
+        }
+        os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
+        self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
+
+    # -- state -------------------------------------------------------------------------
+    def update(self, **fields: Any) -> None:
+        with self.lock:
+            procs = self.job_procs() if self.child is not None else []
+            self.status.update(fields, heartbeat=time.time(), procs=[list(p) for p in procs])
+            atomic_write_json(self.status_path, self.status)
+
+    def say(self, message: str) -> None:
+        self.log.write(("[orch] %s\n" % message).encode("utf-8", "replace"))
+
+    def heartbeat(self) -> None:
+        period = float(self.job.get("heartbeat_s", 2.0))
+        while self.status["state"] not in TERMINAL:
+            time.sleep(period)
+            if self.status["state"] not in TERMINAL:
+                self.update()
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        """Cancel: SIGTERM the whole tree (torchrun and its workers, each in its own
+        session), SIGKILL whatever is left after ``grace_s``."""
+        self.cancelled.set()
+        if self.child is not None:
+            grace = float(self.job.get("grace_s", GRACE_S))
+            threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
+
+    def on_warning(self, signum: int, frame: Any) -> None:
+        """Slurm's time-limit warning: stop the job gracefully (it checkpoints), not cancelled."""
+        self.warned.set()
+        self.say("Slurm's time-limit warning: stopping the job so that it checkpoints")
+        if self.child is not None:
+            threading.Thread(target=self._stop_tree, args=(float(self.job.get("grace_s", GRACE_S)),),
+                             daemon=True).start()
+
+    def _stop_tree(self, grace: float) -> None:
+        """SIGTERM, then SIGKILL after ``grace``. In a Slurm allocation the job's processes are
+        not this tree's (slurmstepd starts them): they get SIGTERM through Slurm first, and srun
+        is stopped only if they outlive ``grace``."""
+        if self.slurm and slurmrun.stop_steps(self.job):
+            deadline = time.time() + grace
+            while self.child is not None and self.child.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
+        proctree.stop(self.job_procs(), grace)
+
+    def job_procs(self) -> List[proctree.Proc]:
+        """The job's process tree: every descendant of this supervisor (orphaned workers
+        re-parent here) except the environment recorder's helper processes."""
+        if self.recorder is None:
+            return proctree.descendants(os.getpid())
+        with self.recorder.helpers.lock:  # no helper starts between the two looks
+            procs = proctree.descendants(os.getpid())
+            helpers = set(self.recorder.helpers.pids)
+        for pid in list(helpers):
+            helpers.update(p for p, _ in proctree.descendants(pid))
+        return [p for p in procs if p[0] not in helpers]
+
+    # -- steps -------------------------------------------------------------------------
+    def env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.job.get("env", {}))
+        env.update(self.node.get("env", {}))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["ORCH_JOB_ID"] = self.job["job_id"]
+        env["ORCH_JOB_DIR"] = self.job_dir
+        env["ORCH_METRICS"] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md
+        payload = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def run_step(self, argv: List[str], env: Dict[str, str], started: Optional[Callable[[], None]] = None) -> int:
+        """Run argv in its own process group, output appended to the node log; ``started``
+        is called once it runs. A program that cannot be started is the shell's 127 (not
+        found) or 126, with a ``failure.CANNOT_START`` line in the log saying why."""
+        if self.cancelled.is_set():
+            return 143
+        try:
+            self.child = subprocess.Popen(
+                argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
+                stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError as exc:
+            self.say("%s %s: %s" % (failure.CANNOT_START, type(exc).__name__, exc))
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        self.update(pgid=self.child.pid, child_pid=self.child.pid)
+        if self.cancelled.is_set():
+            self.on_sigterm(signal.SIGTERM, None)
+        if started is not None:
+            started()
+        code = self.child.wait()
+        proctree.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
+        return code
+
+    def setup(self, env: Dict[str, str]) -> int:
+        script = self.job.get("setup")
+        if not script:
+            return 0
+        key = hashlib.sha256(json.dumps([script, self.job.get("env", {})], sort_keys=True).encode()).hexdigest()[:16]
+        root = os.path.dirname(os.path.dirname(self.job_dir))  # this node's root: <root>/jobs/<id>
+        marker = os.path.join(root, "state", "setup-%s.done" % key)
+        if os.path.exists(marker):
+            self.say("setup unchanged since its last success on this host: skipped")
+            return 0
+        self.say("running setup")
+        code = self.run_step(["bash", "-l", self.setup_file(script)], env)
+        if code == 0:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            open(marker, "w").close()
+        return code
+
+    def setup_file(self, script: str) -> str:
+        """Write the setup script to ``<job_dir>/setup.sh`` and return its path: run from a
+        file, a script of any size works (as ``bash -lc SCRIPT`` one over 128 KiB is refused by
+        the kernel: "Argument list too long")."""
+        path = os.path.join(self.job_dir, "setup.sh")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(script if script.endswith("\n") else script + "\n")
+        return path
+
+    def missing_modules(self, env: Dict[str, str]) -> List[str]:
+        """For the built-in trainer: the packages it imports that this python lacks."""
+        if not os.path.exists(os.path.join(self.job_dir, "train.json")):
+            return []
+        probe = "import importlib.util as u; print(' '.join(m for m in %r if u.find_spec(m) is None))" % (TRAINER_MODULES,)
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False)
+        return out.stdout.split()
+
+    def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
+        """Give the GPUs back (``gpuqueue.release``), write the complete manifest, then the
+        terminal state (under the job folder's flock)."""
+        self.say("job %s%s" % (state, ": " + reason if reason else ""))
+        gpuqueue.release(self.job_dir, self.job["job_id"], self.node_rank)
+        if self.node_rank == 0:  # before the end is written, so its line is in the log a follower reads
+            webhook.notify(self.job, dict(self.status, state=state, exit_code=exit_code, reason=reason), self.say,
+                           self.job_dir)
+        manifest_path = os.path.join(self.job_dir, "manifest.json")
+        cached = self.manifests.stop() if self.manifests is not None else None
+        with Flock(self.job_dir):  # an earlier attempt's late refresh (onfinish.refresh_late) never crosses it
+            try:
+                atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
+                self.manifest_written = file_key(manifest_path)
+            except OSError as exc:
+                state, reason = "failed", "cannot write manifest.json: %s" % exc
+                self.say(reason)
+            self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+
+    def main(self) -> int:
+        proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if self.slurm:
+            signal.signal(signal.SIGUSR1, self.on_warning)
+        self.update()
+        threading.Thread(target=self.heartbeat, daemon=True).start()
+        env, refused = gpuqueue.take(self.job_dir, self.job, self.node_rank, self.env(), self.cancelled, self.update,
+                                     self.say)  # waits as `queued` while the host's GPUs are taken
+        code = 1 if refused else self.setup(env)
+        reason = refused or "setup failed with exit code %d" % code
+        if code == 0:
+            missing = self.missing_modules(env)
+            if missing:
+                code, reason = 1, TRAINER_NEEDS % ", ".join(missing)
+                self.say(reason)
+        if code != 0 and not self.cancelled.is_set():
+            self.finish("failed", code, reason)
+            onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
+            return 1
+        if not self.cancelled.is_set():
+            self.update(state="running")
+            if self.node.get("direct"):
+                env = direct_env(env, free_port())
+            argv = slurmrun.step_argv(self.job, self.job_dir, self.node["argv"]) if self.slurm else self.node["argv"]
+            self.say("starting: %s" % shlex.join(argv))
+            watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
+            code = self.run_step(list(argv), env, started=self.start_background)
+            watcher.stop()
+        if self.recorder is None:  # the job never started: record what it would have run with
+            self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
+        if self.cancelled.is_set() and self.slurm and not slurmrun.cancel_requested(self.job_dir):
+            state, why = slurmrun.ended_by_slurm(self.job)
+            self.finish(state, code, why)
+        elif self.cancelled.is_set():
+            self.finish("cancelled", code, "cancelled by SIGTERM")
+        elif code == 0:
+            self.finish("succeeded", 0, None)
+        elif self.warned.is_set():
+            if self.job["slurm"]["resources"].get("requeue"):
+                self.update(state="pending", exit_code=code, reason=slurmrun.warned_reason(self.job, True))
+                problem = slurmrun.requeue(self.job)
+                if problem is None:
+                    return 0  # Slurm ends this run of the batch script and starts the job again
+                self.finish("failed", code, "%s; %s" % (slurmrun.warned_reason(self.job, False), problem))
+            else:
+                self.finish("failed", code, slurmrun.warned_reason(self.job, False))
+        else:
+            self.finish("failed", code, self.failure_reason(code))
+        onfinish.after_end(self.job_dir, self.job, int(self.status["attempt"]), self.recorder, self.manifest_written,
+                           self.say)  # the late environment record, then on_finish
+        return 0
+
+    def failure_reason(self, code: int) -> str:
+        """The failure line from this node's log; in a Slurm allocation (every node's log is in
+        this job folder) from the first node whose log explains more than the exit code."""
+        nodes = range(len(self.job["nodes"])) if self.slurm else [self.node_rank]
+        reasons = [failure.reason(self.job_dir, n, self.job["job_id"], code, direct=bool(self.node.get("direct")))
+                   for n in nodes]
+        return next((r for r in reasons if not r.startswith("job exited with code")), reasons[0])
+
+    def start_background(self) -> None:
+        """Once the job runs: record the environment (after setup: what the job runs with) and
+        keep a manifest of what it writes, both beside it."""
+        self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
+        self.manifests = ManifestCache(self.job_dir, float(self.job.get("heartbeat_s", 2.0)),
+                                       read_json(os.path.join(self.job_dir, "manifest.json")))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--job-dir", required=True)
+    parser.add_argument("--node-rank", type=int, default=0)
+    args = parser.parse_args(argv)
+    sup = Supervisor(os.path.abspath(args.job_dir), args.node_rank)
+    try:
+        return sup.main()
+    except Exception as exc:  # the state must never stay "running" after a crash
+        sup.say("supervisor error: %r" % (exc,))
+        sup.finish("failed", None, "supervisor error: %s" % exc)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

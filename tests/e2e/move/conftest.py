@@ -1,0 +1,19 @@
+"""Fixtures of the move tests: a second host on the loopback sshd and the fault proxy."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import Orch
+from tests.e2e.faults.conftest import flaky, proxy  # noqa: F401 - fixtures used by the move tests
+from tests.support.sshd import SSHServer
+
+
+@pytest.fixture
+def box2(orch: Orch, sshd: SSHServer) -> str:
+    """An inventory host ``box2``: the loopback sshd with a root of its own (another server)."""
+    orch("hosts", "add", "box2", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(orch.remote_root / "box2"), "--python", sys.executable, "--trust")
+    return "box2"

@@ -1,0 +1,17 @@
+"""A two-node cluster in network namespaces, shared by the multi-node tests."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.netns import Cluster, start_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    c = start_cluster(Path(tempfile.mkdtemp(prefix="orch-cluster-")))
+    yield c
+    c.teardown()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys

@@ -25,11 +25,11 @@ from typing import Any
 import common
 from common import machine, median, ssh_argv, table
 
-from orchestrator.sync import selection as syncmod
-from orchestrator.sync import record as synccache
 from orchestrator.access.connect import open_transport
-from orchestrator.hosts.inventory import Host
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host
+from orchestrator.sync import record as synccache
+from orchestrator.sync import selection as syncmod
 
 N_SMALL, SMALL_SIZE, BIG_SIZE, SEED = 2000, 10 << 10, 50_000_000, 20240601
 ROWS = ("first sync", "no change", "one file changed")

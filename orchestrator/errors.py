@@ -6,6 +6,7 @@ message and an exit code. Nothing else prints tracebacks.
 
 from __future__ import annotations
 
+
 class OrchError(Exception):
     """Base class: ``str(err)`` is the whole message shown to the user."""
 

@@ -20,11 +20,11 @@ from unittest.mock import patch
 
 import pytest
 
-from orchestrator.sync import selection as syncmod
-from orchestrator.sync import record as synccache
 from orchestrator.access.connect import open_transport
-from orchestrator.hosts.inventory import Host
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host
+from orchestrator.sync import record as synccache
+from orchestrator.sync import selection as syncmod
 from tests.support.sshd import SSHServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.holder import client as held
 from orchestrator.ask import confirm
-from orchestrator.transport.base import Transport, never
+from orchestrator.holder import client as held
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport
 
 

@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
-from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.helper.remote import Remote
-from orchestrator.spec.model import JobSpec
 from orchestrator.checks import slurm as slurmcheck
 from orchestrator.checks.verdict import FAIL, OK, WARN, Row
+from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.spec.model import JobSpec
 from orchestrator.termtext import clean
+from orchestrator.transport.base import never
 
 GB = 1e9
 MIN_FREE_GB = 5.0          # under this on the root or on `/`: a blocker

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.plan import slurm as slurmplan
+from orchestrator.checks.verdict import FAIL, OK, WARN, Row
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.hosts.inventory import Host
+from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan
-from orchestrator.checks.verdict import FAIL, OK, WARN, Row
 from orchestrator.spec.model import JobSpec
 from remote_payload.contract import slurm
 

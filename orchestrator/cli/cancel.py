@@ -6,8 +6,8 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.jobs.nodes import cancel
-from remote_payload.contract.protocol import GRACE_S
 from orchestrator.termtext import clean
+from remote_payload.contract.protocol import GRACE_S
 
 
 @click.command("cancel")

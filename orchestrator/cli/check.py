@@ -8,15 +8,14 @@ from pathlib import Path
 import click
 
 from orchestrator.checks.laptop import laptop_checks
+from orchestrator.checks.preflight import Needs, preflight
+from orchestrator.checks.verdict import blockers, table
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import RemoteError
 from orchestrator.hosts.inventory import Host
-from orchestrator.checks.preflight import Needs, preflight
-from orchestrator.checks.verdict import table
-from orchestrator.checks.verdict import blockers
 from orchestrator.plan.slurm import check_hosts
-from orchestrator.spec.model import JobSpec
 from orchestrator.spec.load import load_spec
+from orchestrator.spec.model import JobSpec
 
 
 def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:

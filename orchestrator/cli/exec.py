@@ -9,13 +9,12 @@ import time
 
 import click
 
-from orchestrator.transport import shell
-from orchestrator.cli.app import App, pass_app
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
+from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.termtext import CleanDecoder
-from orchestrator.transport.base import Process
+from orchestrator.transport import shell
+from orchestrator.transport.base import Process, never
 
 
 def _pump_stdin(proc: Process) -> None:

@@ -10,9 +10,9 @@ import click
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch.download import fetch, nothing_selected
+from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line
-from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("fetch")

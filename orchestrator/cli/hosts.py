@@ -11,18 +11,17 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.access import keys
+from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.checks.preflight import Needs
 from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.check import run_preflight
-from orchestrator.access.connect import ask_on_tty, open_transport
-from orchestrator.transport.base import never
-from orchestrator.transport.base import CommandFailed
 from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
-from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
-from orchestrator.checks.preflight import Needs
-from orchestrator.hosts.presets import PRESETS
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
+from orchestrator.hosts.presets import PRESETS
 from orchestrator.spec.model import ENV_KEY_RE
 from orchestrator.testhooks import pause
+from orchestrator.transport.base import CommandFailed, never
 
 
 @click.group("hosts")

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from orchestrator.jobs import logcache
 from orchestrator.cli.app import App, notify_option, pass_app
+from orchestrator.jobs import logcache
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line, one_line
 
@@ -18,8 +18,8 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
                   tail: int | None = None, remotes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
     On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
-    from orchestrator.jobs.logs import stream_logs
     from orchestrator.display.progress import FollowBar
+    from orchestrator.jobs.logs import stream_logs
 
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
     try:

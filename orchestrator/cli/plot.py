@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from orchestrator.state import runs
 from orchestrator.cli.app import App, pass_app
-from orchestrator.errors import UsageError
 from orchestrator.display.plot import legend_labels, overlay, read_metrics, save_figure, save_plot, series
+from orchestrator.errors import UsageError
+from orchestrator.state import runs
 from orchestrator.sweep.status import members
 
 

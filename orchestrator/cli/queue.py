@@ -15,9 +15,9 @@ from typing import Any
 import click
 
 from orchestrator.cli.app import App, pass_app
+from orchestrator.display.table import Column, fit
 from orchestrator.errors import OrchError, RemoteError, UsageError
 from orchestrator.state.registry import TERMINAL
-from orchestrator.display.table import Column, fit
 from orchestrator.termtext import clean
 from remote_payload.contract.protocol import NONE, NUMBER, OPT, REQUIRED, ProtocolError, Shape, check_shape
 

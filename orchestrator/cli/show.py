@@ -6,14 +6,14 @@ from datetime import datetime
 
 import click
 
+from orchestrator.access.connect import open_transport
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.logs import report_new_job
-from orchestrator.transport.base import never
-from orchestrator.access.connect import open_transport
+from orchestrator.helper.remote import Remote
 from orchestrator.jobs.submit import rerun
 from orchestrator.state.registry import SweepEntry
-from orchestrator.helper.remote import Remote
 from orchestrator.termtext import clean
+from orchestrator.transport.base import never
 
 
 @click.command("show")

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.errors import OrchError, UsageError
 from orchestrator.display.progress import JobProgress, StatusRow, row_fields, status_lines
+from orchestrator.errors import OrchError, UsageError
 from orchestrator.state.registry import TERMINAL, JobRecord
 from orchestrator.termtext import clean
 

@@ -12,11 +12,11 @@ from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
 from orchestrator.errors import UsageError
+from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.jobs.submit import submit
 from orchestrator.plan.build import plan_text
 from orchestrator.spec.load import LoadedSpec, load_spec
 from orchestrator.sweep.expand import Axis, axes_of, expand
-from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 
 
 @click.command("submit")

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.app import App, pass_app
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
+from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.hosts.inventory import Host
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host
 from orchestrator.hosts.sshconfig import alias, own_config, render_block, user_ssh_config, write_block
 from orchestrator.sync.selection import project_name
+from orchestrator.transport.base import never
 
 
 def _block(app: App) -> str:

@@ -20,12 +20,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Inventory
-from orchestrator.state.registry import JobRecord, SweepEntry, short_ids
 from orchestrator.spec.sweepkeys import label, short_keys
+from orchestrator.state.registry import JobRecord, SweepEntry, short_ids
+from orchestrator.transport.base import never
 
 MAX_BYTES = 256 << 20
 SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}

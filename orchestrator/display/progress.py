@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from orchestrator.state.registry import short_ids
 from orchestrator.display.table import Column, fit
+from orchestrator.state.registry import short_ids
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:

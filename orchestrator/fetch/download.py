@@ -22,16 +22,17 @@ from typing import Callable
 
 import pathspec
 
-from orchestrator.state import runs
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import LocalFileError, RemoteError
+from orchestrator.fetch.manifest import CODE_PREFIX, Entry, safe_entries
+from orchestrator.fetch.verified import CheckpointFolders, FetchState
+from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import nodes_of
+from orchestrator.state import runs
 from orchestrator.state.registry import JobRecord
-from orchestrator.helper.remote import FileStream, Remote
-from orchestrator.fetch.verified import CheckpointFolders, FetchState
-from orchestrator.fetch.manifest import CODE_PREFIX, Entry, safe_entries
+from orchestrator.transport.base import never
+
 
 @dataclass
 class FetchSummary:

@@ -21,11 +21,10 @@ from typing import Any, Callable
 
 from orchestrator.errors import RemoteError
 from orchestrator.fetch.download import ChangedWhileFetching, receive_file
-from orchestrator.jobs.nodes import parallel
 from orchestrator.fetch.manifest import BAD_CHARS, SHA_RE, Entry
 from orchestrator.helper.remote import FileStream, Remote
-from remote_payload.contract.jobfolder import atomic_write_json
-from remote_payload.contract.jobfolder import sha256_file
+from orchestrator.jobs.nodes import parallel
+from remote_payload.contract.jobfolder import atomic_write_json, sha256_file
 from remote_payload.contract.protocol import ACTIVE
 
 KIT_DIR = ".orch-job"

@@ -33,17 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from orchestrator.fetch import kit as movekit
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
+from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
+from orchestrator.fetch import kit as movekit
 from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
+from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import aggregate, nodes_of
-from orchestrator.display.progress import duration
 from orchestrator.state.registry import JobRecord, Registry
-from orchestrator.helper.remote import Remote
+from orchestrator.transport.base import never
 from remote_payload.contract.protocol import SETTLED
 
 DEFAULT_INTERVAL_S = 30.0

@@ -18,14 +18,13 @@ import sys
 import threading
 from typing import Any
 
-from orchestrator.transport import shell
-from orchestrator.transport.base import CommandFailed
 from orchestrator.errors import HostError, RemoteError, RootNotWritable
-from orchestrator.hosts.inventory import Host
 from orchestrator.helper.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
 from orchestrator.helper.session import Deadline, HelperEnded, Session, StreamCall
+from orchestrator.hosts.inventory import Host
 from orchestrator.termtext import clean
-from orchestrator.transport.base import Result, Transport
+from orchestrator.transport import shell
+from orchestrator.transport.base import CommandFailed, Result, Transport
 from remote_payload.contract import protocol
 from remote_payload.contract.protocol import REPLY, ProtocolError
 

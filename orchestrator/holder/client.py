@@ -17,10 +17,10 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator.transport import shell
 from orchestrator.errors import HostError
 from orchestrator.holder.wire import Reader, ask, connect, frame, lock_free, place
 from orchestrator.hosts.inventory import Host
+from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
 
 WINDOW = 1 << 20        # stdin bytes in flight before ``write`` waits for the holder's acks

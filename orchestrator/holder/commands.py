@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 import paramiko
 
-from orchestrator.transport import shell
 from orchestrator.errors import OrchError
 from orchestrator.holder.wire import Reader, frame
+from orchestrator.transport import shell
 from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, SSHTransport
 
 IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default

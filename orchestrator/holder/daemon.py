@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.transport.base import never
 from orchestrator.errors import OrchError
 from orchestrator.holder.commands import IDLE_S, SSH_ERRORS, TICK_S, Commands
 from orchestrator.holder.wire import Place, Reader, place, take_lock
 from orchestrator.home import orch_home
 from orchestrator.hosts.inventory import Host
+from orchestrator.transport.base import never
 from orchestrator.transport.ssh import SSHTransport
 
 LOG_BYTES = 256 << 10

@@ -17,16 +17,16 @@ import threading
 import time
 from typing import Any, Callable
 
-from orchestrator.jobs import logcache
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
-from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.jobs.nodes import aggregate, nodes_of, parallel, probe
-from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.helper.remote import Remote
 from orchestrator.helper.session import StreamCall
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import logcache
+from orchestrator.jobs.nodes import aggregate, nodes_of, parallel, probe
+from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import CleanDecoder
+from orchestrator.transport.base import never
 from remote_payload.contract.protocol import TERMINAL
 
 MAX_BACKOFF_S = 30.0

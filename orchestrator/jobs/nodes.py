@@ -14,13 +14,13 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
 
-from orchestrator.state import reach
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
-from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.state import reach
+from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.transport.base import never
 from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINAL
 
 T = TypeVar("T")

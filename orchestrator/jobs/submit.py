@@ -17,20 +17,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.jobs import record as repro
-from orchestrator.state import runs
-from orchestrator.checks import slurm as slurmcheck
-from orchestrator.plan import slurm as slurmplan
-from orchestrator.sync import record as synccache, send as transfer
-from orchestrator.sync import selection as syncmod
 from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import RemoteError, UsageError
-from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.jobs.nodes import parallel
-from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
-from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import record as repro
+from orchestrator.jobs.nodes import parallel
+from orchestrator.plan import slurm as slurmplan
+from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
 from orchestrator.spec.load import LoadedSpec, parse_spec
+from orchestrator.state import runs
+from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.sync import record as synccache
+from orchestrator.sync import selection as syncmod
+from orchestrator.sync import send as transfer
 from orchestrator.testhooks import pause
 
 Say = Callable[[str], None]

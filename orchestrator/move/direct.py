@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from orchestrator.access import keys
 from orchestrator.ask import confirm
-from orchestrator.hosts.hostkey import key_line_problem
-from orchestrator.transport import shell
 from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
+from orchestrator.hosts.hostkey import key_line_problem
+from orchestrator.transport import shell
 
 Say = Callable[[str], None]
 

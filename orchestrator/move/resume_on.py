@@ -19,21 +19,21 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from orchestrator.move import direct as movedirect
-from orchestrator.fetch import kit as movekit
-from orchestrator.checks import slurm as slurmcheck
-from orchestrator.plan import slurm as slurmplan
-from orchestrator.sync import selection as syncmod
-from orchestrator.transport.base import never
 from orchestrator.access.connect import open_transport
+from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import HostError, RemoteError, UsageError
+from orchestrator.fetch import kit as movekit
+from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs.nodes import parallel
 from orchestrator.jobs.submit import check_rendezvous, checked_plan, connect_all
+from orchestrator.move import direct as movedirect
+from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan
-from orchestrator.state.registry import JobRecord, Registry
-from orchestrator.helper.remote import Remote
 from orchestrator.spec.load import parse_spec
+from orchestrator.state.registry import JobRecord, Registry
+from orchestrator.sync import selection as syncmod
+from orchestrator.transport.base import never
 from remote_payload.contract.protocol import ACTIVE
 
 Say = Callable[[str], None]

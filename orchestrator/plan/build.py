@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import Field
 
-from orchestrator.plan import slurm as slurmplan
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.hosts.presets import PRESETS, preset_env, preset_setup
+from orchestrator.plan import slurm as slurmplan
 from orchestrator.spec.model import Frozen, JobSpec
 from remote_payload.contract.protocol import GRACE_S
 from remote_payload.contract.slurm import RDZV

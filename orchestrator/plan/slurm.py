@@ -20,9 +20,9 @@ from typing import Any
 
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.hosts.inventory import Host
-from orchestrator.spec.slurm import SlurmJob
-from orchestrator.spec.model import JobSpec
 from orchestrator.spec.load import LoadedSpec
+from orchestrator.spec.model import JobSpec
+from orchestrator.spec.slurm import SlurmJob
 from remote_payload.contract import slurm
 from remote_payload.contract.jobfolder import SUPERVISOR_SCRIPT
 

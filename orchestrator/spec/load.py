@@ -17,7 +17,15 @@ from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.messages import data_path, named_field, plain_message, yaml_problem
-from orchestrator.spec.model import MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES, PATTERN_WORDS, JobSpec, job_schema, known_field_names
+from orchestrator.spec.model import (
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_SPEC_BYTES,
+    PATTERN_WORDS,
+    JobSpec,
+    job_schema,
+    known_field_names,
+)
 
 Marks = dict[tuple[Any, ...], tuple[int, int]]
 

@@ -13,8 +13,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.spec.slurm import SlurmJob
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates

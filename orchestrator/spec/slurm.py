@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-
 from remote_payload.contract import slurm
 
 

@@ -35,8 +35,8 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import OrchError, SpecError, UsageError
-from orchestrator.spec.model import JobSpec
 from orchestrator.spec.load import LoadedSpec, Marks, format_errors, parse_spec, parse_yaml
+from orchestrator.spec.model import JobSpec
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Valued, block_values, key_path, label, parse_flag, short_keys
 
 SWEEP_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,78}[a-z0-9])?$")

@@ -17,19 +17,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
-from orchestrator.jobs import record as repro
-from orchestrator.checks import slurm as slurmcheck
-from orchestrator.plan import slurm as slurmplan
-from orchestrator.sync import record as synccache, send as transfer
-from orchestrator.sync import selection as syncmod
 from orchestrator.access.connect import ask_on_tty
+from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
 from orchestrator.jobs.submit import Say, checked_plan, connect_all, plan_syncs, start_nodes, submission_key
+from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
 from orchestrator.state.registry import SUBMITTING, Registry, SweepEntry
 from orchestrator.sweep.expand import Combination
+from orchestrator.sync import record as synccache
+from orchestrator.sync import selection as syncmod
+from orchestrator.sync import send as transfer
 from orchestrator.testhooks import pause
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from orchestrator.errors import HostError, OrchError, UsageError
-from orchestrator.state.registry import TERMINAL, JobRecord, Registry, SweepEntry, short_ids
-from orchestrator.spec.sweepkeys import short_keys
 from orchestrator.display.table import Column, fit
+from orchestrator.errors import HostError, OrchError, UsageError
+from orchestrator.spec.sweepkeys import short_keys
+from orchestrator.state.registry import TERMINAL, JobRecord, Registry, SweepEntry, short_ids
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:

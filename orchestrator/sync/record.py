@@ -19,8 +19,8 @@ from orchestrator.errors import RemoteError
 from orchestrator.home import orch_home, write_private
 
 if TYPE_CHECKING:
-    from orchestrator.hosts.inventory import Host
     from orchestrator.helper.remote import Remote
+    from orchestrator.hosts.inventory import Host
 
 
 def _path(host: "Host", project: str) -> Path:

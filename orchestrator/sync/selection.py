@@ -22,9 +22,9 @@ from typing import Any
 
 import pathspec
 
-from orchestrator.state import runs
 from orchestrator.errors import UsageError
 from orchestrator.home import laptop_id
+from orchestrator.state import runs
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20

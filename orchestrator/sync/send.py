@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.sync import record as synccache
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.helper.remote import FileStream, Remote
+from orchestrator.sync import record as synccache
 from orchestrator.sync.selection import SyncPlan, few, plan_sync, project_name, select_files, sha256_of
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process

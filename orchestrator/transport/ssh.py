@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 
 import paramiko
 
-from orchestrator.transport import shell
 from orchestrator.errors import HostError, HostKeyError, UsageError
 from orchestrator.hosts.inventory import Host
+from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))

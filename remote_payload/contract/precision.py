@@ -8,22 +8,17 @@ The laptop and the trainer both decide with this module:
   runs it again through `resolve`, so a hand-written train.json meets the same rule.
 - `resolve(precision, strategy, device)`: the precision a run uses on a device (`auto` resolved,
   device-dependent refusals added), from a `DeviceCaps` description. Pure; the trainer gets its
-  `DeviceCaps` from `probe` and calls it through `on_device`.
+  `DeviceCaps` from `remote_payload/trainer/precision.py` (`probe`) and calls it through `on_device`.
 - `uses_grad_scaler(resolved)`: a GradScaler runs for fp16 only (bf16 has fp32's exponent range).
 
-Contract: importing this module imports the standard library only (the laptop has no torch);
-`probe`, `autocast_dtype` and `on_device` import torch when called, and only the trainer calls
-them. Every refusal is a `PrecisionError` (a `ValueError`) whose message is one line saying what
-to use instead; `on_device` raises it as the trainer's `TrainSetupError` (exit 2).
+Contract: standard library only (the laptop has no torch); the half that asks torch about a
+device is the trainer's (`remote_payload/trainer/precision.py`). Every refusal is a
+`PrecisionError` (a `ValueError`) whose message is one line saying what to use instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")  # config.Precision, in the same order
 STRATEGIES = ("ddp", "fsdp")  # config.Strategy
@@ -101,33 +96,3 @@ def resolve(precision: str, strategy: str, device: DeviceCaps) -> str:
 def uses_grad_scaler(resolved: str) -> bool:
     """Whether a run in `resolved` precision scales its loss (`torch.amp.GradScaler`): fp16 only."""
     return resolved == "fp16"
-
-
-def probe(device: torch.device) -> DeviceCaps:
-    """`DeviceCaps` of `device`, asked from torch (imported here: server side only)."""
-    import torch
-
-    if device.type == "cuda":
-        native = torch.cuda.is_bf16_supported(including_emulation=False)
-        return DeviceCaps("cuda", torch.cuda.get_device_name(device), bf16=native, fast_bf16=native)
-    if device.type == "cpu":
-        amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-        return DeviceCaps("cpu", "CPU" + (" with AMX" if amx else ""), bf16=True, fast_bf16=bool(amx))
-    return DeviceCaps(device.type, device.type, bf16=True, fast_bf16=False)
-
-
-def autocast_dtype(resolved: str) -> torch.dtype | None:
-    """The `torch.autocast` dtype of a resolved precision; None for fp32 (no autocast)."""
-    import torch
-
-    return {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved]
-
-
-def on_device(precision: str, strategy: str, device: torch.device) -> str:
-    """`resolve` for the trainer's device; a refusal is raised as `TrainSetupError` (exit 2)."""
-    from remote_payload.contract.train_config import TrainSetupError
-
-    try:
-        return resolve(precision, strategy, probe(device))
-    except PrecisionError as exc:
-        raise TrainSetupError(str(exc)) from None

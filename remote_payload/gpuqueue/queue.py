@@ -44,8 +44,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
-from remote_payload.jobdir.processes import boot_id, pid_alive
 from remote_payload.gpuqueue.inventory import Gpu, busy, inventory, recorded
+from remote_payload.jobdir.processes import boot_id, pid_alive
 
 TICK_S = 0.25        # a waiter looks at its own entry (granted? cancelled?) this often
 PASS_S = 1.0         # and schedules (inventory + pass) this often

@@ -15,16 +15,16 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload.move import job as movejob
-from remote_payload.jobdir import processes as proctree, record as repro
-from remote_payload.slurm import job as slurmjob
-from remote_payload.helper import workspace
-from remote_payload.contract.jobfolder import CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
-from remote_payload.jobdir.processes import boot_id, pid_alive
-from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
+from remote_payload.contract.jobfolder import CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
 from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
+from remote_payload.helper import workspace
+from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir import record as repro
+from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
+from remote_payload.jobdir.processes import boot_id, pid_alive
 from remote_payload.jobdir.status import kill_group, last_metrics, read_status, survivors_of
+from remote_payload.move import job as movejob
+from remote_payload.slurm import job as slurmjob
 
 PENDING_GRACE_S = 30.0
 FINISHING_S = 120.0  # how long move_list waits for an ended job's supervisor to finish its records

@@ -17,14 +17,16 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, Optional
 
-from remote_payload.gpuqueue import queue as gpuqueue
-from remote_payload.jobdir import lease, record as repro
-from remote_payload.move import job as movejob, pull as movepull
-from remote_payload.helper import netcheck, streams, workspace
-from remote_payload.supervisor import onfinish
 from remote_payload.contract import protocol
-from remote_payload.helper.agent import Agent, AgentError
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
+from remote_payload.gpuqueue import queue as gpuqueue
+from remote_payload.helper import netcheck, streams, workspace
+from remote_payload.helper.agent import Agent, AgentError
+from remote_payload.jobdir import lease
+from remote_payload.jobdir import record as repro
+from remote_payload.move import job as movejob
+from remote_payload.move import pull as movepull
+from remote_payload.supervisor import onfinish
 
 LOCK_WAIT_S = 300.0  # cancel holds the jobs lock for its grace period (at most a few minutes)
 Handler = Callable[[Agent, Dict[str, Any], "Input", "Output"], Dict[str, Any]]

@@ -18,9 +18,8 @@ import os
 import tarfile
 from typing import IO, Any, Callable, Collection, Dict, List, Optional
 
+from remote_payload.contract.jobfolder import atomic_write_json, read_json, sha256_file
 from remote_payload.jobdir import lease
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
-from remote_payload.contract.jobfolder import sha256_file
 
 
 class SyncError(Exception):

@@ -18,8 +18,8 @@ import signal
 import time
 from typing import IO, Any, Dict, Optional
 
-from remote_payload.jobdir.processes import pid_alive
 from remote_payload.contract.jobfolder import read_json
+from remote_payload.jobdir.processes import pid_alive
 
 STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
 PROGRESS_EVERY_S = 1.0

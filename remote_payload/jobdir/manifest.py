@@ -18,8 +18,16 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from remote_payload.contract.jobfolder import CODE_DIR, HASHES, NOT_LISTED, SKIP_DIRS, SNAPSHOT, sha256_file
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
+from remote_payload.contract.jobfolder import (
+    CODE_DIR,
+    HASHES,
+    NOT_LISTED,
+    SKIP_DIRS,
+    SNAPSHOT,
+    atomic_write_json,
+    read_json,
+    sha256_file,
+)
 
 
 def known_hashes(job_dir: str) -> Dict[str, Dict[str, Any]]:

@@ -13,11 +13,10 @@ import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload.jobdir import processes as proctree
-from remote_payload.jobdir.processes import group_alive
 from remote_payload.contract.jobfolder import read_json
 from remote_payload.contract.protocol import ACTIVE, JOB_STATUS, TERMINAL, is_a
-
+from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir.processes import group_alive
 
 MAX_STATUS_BYTES = 1 << 20
 STATES = ACTIVE + TERMINAL  # the states a status.json may name

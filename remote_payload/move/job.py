@@ -26,9 +26,8 @@ import shutil
 import time
 from typing import IO, Any, Dict, List, Optional
 
+from remote_payload.contract.jobfolder import CODE_DIR, SKIP_DIRS, atomic_write_json, read_json, sha256_file
 from remote_payload.jobdir import lease
-from remote_payload.contract.jobfolder import CODE_DIR, SKIP_DIRS, sha256_file
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.jobdir.manifest import keep_hashes, known_hashes
 
 STAGE_PREFIX = ".move-"

@@ -22,8 +22,8 @@ import tempfile
 import threading
 from typing import Any, Dict, List, Optional
 
-from remote_payload.move import job as movejob
 from remote_payload.contract import protocol
+from remote_payload.move import job as movejob
 
 KEYS = ".orch-move-keys"
 CONNECT_S = 20

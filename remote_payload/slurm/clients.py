@@ -20,8 +20,19 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
-from remote_payload.contract.slurm import (MAX_OUT, NAME, SIGNALS, TIME, Info, SlurmError, checked_path, clean, gres_gpus,
-                                          parse_fields, time_seconds)
+from remote_payload.contract.slurm import (
+    MAX_OUT,
+    NAME,
+    SIGNALS,
+    TIME,
+    Info,
+    SlurmError,
+    checked_path,
+    clean,
+    gres_gpus,
+    parse_fields,
+    time_seconds,
+)
 
 TIMEOUT_S = 30.0
 Env = Optional[Dict[str, str]]

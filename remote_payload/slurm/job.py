@@ -22,14 +22,22 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload.slurm import clients as slurm
-from remote_payload.contract.slurm import SlurmError, clean, orch_state
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
-from remote_payload.jobdir.manifest import build_manifest
-from remote_payload.jobdir.status import read_status
-from remote_payload.jobdir.manifest import Flock
 from remote_payload.contract.protocol import (
-    CANCELLED, FAILED, LOST, PENDING, RUNNING, SETTING_UP, SUCCEEDED, TERMINAL, UNKNOWN)
+    CANCELLED,
+    FAILED,
+    LOST,
+    PENDING,
+    RUNNING,
+    SETTING_UP,
+    SUCCEEDED,
+    TERMINAL,
+    UNKNOWN,
+)
+from remote_payload.contract.slurm import SlurmError, clean, orch_state
+from remote_payload.jobdir.manifest import Flock, build_manifest
+from remote_payload.jobdir.status import read_status
+from remote_payload.slurm import clients as slurm
 
 RECORD = "slurm.json"
 SCRIPT = "slurm.sh"

@@ -22,12 +22,11 @@ import os
 import socket
 from typing import Any, Dict, List, Optional, Tuple
 
-from remote_payload.slurm import clients as slurm
-from remote_payload.contract.slurm import RDZV, Resources, SlurmError, orch_state, srun_argv
-from remote_payload.supervisor.direct import free_port
 from remote_payload.contract.protocol import CANCELLED, FAILED, RUNNING, SUCCEEDED, TERMINAL
+from remote_payload.contract.slurm import RDZV, Resources, SlurmError, orch_state, srun_argv
+from remote_payload.slurm import clients as slurm
 from remote_payload.slurm.job import CANCEL_MARK, env_of
-
+from remote_payload.supervisor.direct import free_port
 
 
 def step_argv(job: Dict[str, Any], job_dir: str, argv: List[str]) -> List[str]:

@@ -19,10 +19,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
-from remote_payload.jobdir.manifest import build_manifest, file_key
-from remote_payload.jobdir.processes import pid_alive
-from remote_payload.jobdir.manifest import Flock
 from remote_payload.contract.protocol import QUEUED, TERMINAL
+from remote_payload.jobdir.manifest import Flock, build_manifest, file_key
+from remote_payload.jobdir.processes import pid_alive
 
 FETCHED = ".fetched"
 

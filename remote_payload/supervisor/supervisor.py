@@ -40,16 +40,16 @@ from typing import Any, Callable, Dict, List, Optional
 if __name__ == "__main__":  # run as a script: imports start at the payload folder, not this script's own
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_payload.supervisor import failure, metricswatch, onfinish, allocation as slurmrun, webhook  # noqa: E402
-from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
-from remote_payload.jobdir import processes as proctree, record as repro  # noqa: E402
-from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
-from remote_payload.jobdir.manifest import Flock, ManifestCache  # noqa: E402
 from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
-from remote_payload.jobdir.processes import boot_id  # noqa: E402
-from remote_payload.jobdir.manifest import build_manifest, file_key  # noqa: E402
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
-
+from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
+from remote_payload.jobdir import processes as proctree  # noqa: E402
+from remote_payload.jobdir import record as repro
+from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402  # noqa: E402
+from remote_payload.jobdir.processes import boot_id  # noqa: E402
+from remote_payload.supervisor import allocation as slurmrun
+from remote_payload.supervisor import failure, metricswatch, onfinish, webhook  # noqa: E402
+from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
 
 RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
 TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")

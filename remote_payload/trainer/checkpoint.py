@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from remote_payload.trainer import distributed
 from remote_payload.contract.train_config import TrainConfig
+from remote_payload.trainer import distributed
 from remote_payload.trainer.distributed import DistInfo
 
 log = logging.getLogger(__name__)

@@ -42,8 +42,8 @@ from pathlib import Path, PurePosixPath
 import torch
 import torch.distributed as dist
 
-from remote_payload.trainer import checkpoint, distributed
 from remote_payload.contract.train_config import TrainSetupError
+from remote_payload.trainer import checkpoint, distributed
 from remote_payload.trainer.distributed import DistInfo
 
 log = logging.getLogger("remote_payload.train")

@@ -38,9 +38,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from remote_payload.contract.train_config import TrainConfig
 from remote_payload.trainer import checkpoint
 from remote_payload.trainer import model as modeling
-from remote_payload.contract.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)

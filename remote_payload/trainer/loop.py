@@ -39,9 +39,10 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from remote_payload.trainer import checkpoint, data, distributed, export, fsdp, metrics, setup as trainsetup
-from remote_payload.trainer import model as modeling
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
+from remote_payload.trainer import checkpoint, data, distributed, export, fsdp, metrics
+from remote_payload.trainer import model as modeling
+from remote_payload.trainer import setup as trainsetup
 from remote_payload.trainer.data import IGNORE
 from remote_payload.trainer.setup import Run, lr_factor
 

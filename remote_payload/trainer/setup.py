@@ -28,10 +28,11 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from remote_payload.trainer import checkpoint, fanout as ckptshare, data, distributed, fsdp, quantize
-from remote_payload.contract import precision
-from remote_payload.trainer import model as modeling
+from remote_payload.contract import precision as rules
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
+from remote_payload.trainer import checkpoint, data, distributed, fsdp, precision, quantize
+from remote_payload.trainer import fanout as ckptshare
+from remote_payload.trainer import model as modeling
 
 log = logging.getLogger("remote_payload.train")
 
@@ -200,7 +201,7 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
-    scaler = torch.amp.GradScaler(info.device.type, enabled=precision.uses_grad_scaler(run_precision))
+    scaler = torch.amp.GradScaler(info.device.type, enabled=rules.uses_grad_scaler(run_precision))
     progress = checkpoint.Progress(world_size=info.world_size)
     if ckpt is not None:
         progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,

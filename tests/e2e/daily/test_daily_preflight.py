@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.checks.verdict import FAIL, OK, WARN
 from orchestrator.checks.preflight import Needs, judge
+from orchestrator.checks.verdict import FAIL, OK, WARN
 from tests.conftest import Orch, write_job
 
 TRAIN_FP16 = """name: needs-gpu

@@ -13,7 +13,6 @@ from remote_payload.jobdir import processes as proctree
 from tests.conftest import TICKER, Orch, write_job
 
 
-
 def start_ticker(orch: Orch, host: str, name: str, ticks: int) -> tuple[str, dict]:
     spec = write_job(orch.cwd, name, host, ["python", "tick.py", str(ticks)])
     (orch.cwd / "ws" / "tick.py").write_text(TICKER)

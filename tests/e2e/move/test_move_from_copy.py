@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 from tests.conftest import Orch
-from tests.support.proxy import FaultProxy
 from tests.support.moves import assert_same_run, trainer_spec, wait_for
+from tests.support.proxy import FaultProxy
 
 
 def test_a_job_moves_from_the_laptops_watched_copy_when_its_server_is_gone(

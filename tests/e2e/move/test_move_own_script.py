@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from tests.conftest import Orch
-from tests.support.proxy import FaultProxy
 from tests.support.moves import wait_for
+from tests.support.proxy import FaultProxy
 
 COUNTER = """\
 import json, os, pathlib, time

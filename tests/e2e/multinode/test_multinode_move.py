@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import torch
-from test_multinode_resume import complete_steps, final_weights, job_folder, resume_spec
 
 from tests.conftest import Orch
+from tests.e2e.multinode.test_multinode import two_nodes  # noqa: F401 (a fixture)
+from tests.e2e.multinode.test_multinode_resume import complete_steps, final_weights, job_folder, resume_spec
 from tests.support.moves import wait_for
-from tests.multinode.test_multinode import two_nodes  # noqa: F401 (a fixture)
 from tests.support.netns import Cluster
 
 STEPS = 12

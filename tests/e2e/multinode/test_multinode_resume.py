@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import Orch
-from tests.multinode.test_multinode import _node_status, train_spec, two_nodes  # noqa: F401 (a fixture)
+from tests.e2e.multinode.test_multinode import _node_status, train_spec, two_nodes  # noqa: F401 (a fixture)
 
 STEPS = 12
 SLOW = {"ORCH_TEST_STEP_DELAY_S": "0.5"}  # remote_payload/train.py: time to kill mid-run, same numbers

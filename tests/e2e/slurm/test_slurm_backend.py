@@ -14,8 +14,8 @@ from typing import Optional
 import pytest
 
 from remote_payload.contract import slurm as R
-from remote_payload.slurm import clients as S
 from remote_payload.contract.protocol import CANCELLED, FAILED, LOST, PENDING, RUNNING, SUCCEEDED, UNKNOWN
+from remote_payload.slurm import clients as S
 from tests.support.slurm import ENDED, WAIT_S, SlurmCluster, short_hostname, wait_for
 
 TIMEOUT = WAIT_S

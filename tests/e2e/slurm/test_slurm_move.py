@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.slurm.test_slurm_jobs import add_lab
-
 from tests.conftest import Orch
+from tests.e2e.slurm.test_slurm_jobs import add_lab
 from tests.support.moves import assert_same_run, reference_and_stopped
 from tests.support.slurm import SlurmCluster, SlurmLogin
 

@@ -13,15 +13,14 @@ from typing import Any, Sequence
 
 import pytest
 
-from orchestrator.transport.base import CommandFailed
 from orchestrator.errors import RemoteError
-from orchestrator.hosts.inventory import Host
 from orchestrator.helper.remote import Remote
-from orchestrator.transport.base import Process, Transport
+from orchestrator.hosts.inventory import Host
+from orchestrator.transport.base import CommandFailed, Process, Transport
 from orchestrator.transport.local import LocalTransport
 from remote_payload.contract import protocol
-from remote_payload.helper import serve
 from remote_payload.contract.protocol import ProtocolError, frame
+from remote_payload.helper import serve
 
 
 class Counting(Transport):

@@ -23,9 +23,9 @@ import pytest
 
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError
+from orchestrator.holder.client import HeldTransport
 from orchestrator.holder.spawn import running, stop_holders
 from orchestrator.hosts.inventory import Host
-from orchestrator.holder.client import HeldTransport
 from tests.conftest import Orch
 from tests.support.sshd import SSHServer, ensure_user, keygen, start_sshd
 

@@ -13,16 +13,16 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.checks import slurm as slurmcheck
-from orchestrator.plan import slurm as slurmplan
+from orchestrator.checks.verdict import FAIL, OK, WARN, Row
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs.logs import log_hosts
+from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import HostFacts, Plan, build_plan
-from orchestrator.checks.verdict import FAIL, OK, WARN, Row
-from orchestrator.state.registry import JobRecord
 from orchestrator.spec.model import JobSpec
-from remote_payload.slurm import clients as slurm
+from orchestrator.state.registry import JobRecord
 from remote_payload.contract.slurm import RDZV
+from remote_payload.slurm import clients as slurm
 from tests.conftest import Orch
 
 JOB = "t-20261129-101500-abcd"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.model import JobSpec
 from orchestrator.spec.load import load_spec, parse_spec
-from tests.conftest import Orch, REPO
+from orchestrator.spec.model import JobSpec
+from tests.conftest import REPO, Orch
 
 GOOD = "name: ok\nhosts: [local]\nlaunch:\n  command: python train.py --lr 1e-4\n"
 

@@ -11,8 +11,8 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.plan.build import HostFacts, build_plan, make_job_id
-from orchestrator.state.registry import Registry
 from orchestrator.spec.model import JobSpec
+from orchestrator.state.registry import Registry
 
 
 def _writer(home: str, worker: int) -> None:

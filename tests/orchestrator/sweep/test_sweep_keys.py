@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import SpecError, UsageError
 from orchestrator.display.plot import legend_labels
-from orchestrator.state.registry import SweepEntry
+from orchestrator.errors import SpecError, UsageError
 from orchestrator.spec.load import parse_spec
-from orchestrator.sweep.expand import axes_of, expand
 from orchestrator.spec.sweepkeys import check_key, parse_flag, short_keys
+from orchestrator.state.registry import SweepEntry
+from orchestrator.sweep.expand import axes_of, expand
 from orchestrator.sweep.status import SweepRow, sweep_lines
 
 TRAIN = """\

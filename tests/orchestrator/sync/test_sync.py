@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sync import selection as syncmod
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
+from orchestrator.sync import selection as syncmod
 from tests.conftest import run_sync, tree
 
 

@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from orchestrator.sync import selection as syncmod
-from orchestrator.sync import record as synccache
 from orchestrator.helper.remote import Remote
+from orchestrator.sync import record as synccache
+from orchestrator.sync import selection as syncmod
 from tests.conftest import run_sync, tree
 
 

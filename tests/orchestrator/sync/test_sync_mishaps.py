@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sync import selection as syncmod
-from orchestrator.sync import send as transfer
 from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
+from orchestrator.sync import selection as syncmod
+from orchestrator.sync import send as transfer
 from remote_payload.contract.jobfolder import sha256_file
 from tests.conftest import REPO, run_sync
 

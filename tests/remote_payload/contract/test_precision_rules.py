@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from remote_payload.contract import train_config as config, precision
+from remote_payload.contract import precision
+from remote_payload.contract import train_config as config
 from remote_payload.contract.precision import DeviceCaps, PrecisionError, resolve
 from tests.conftest import Orch
 from tests.support.trainer import base_config, metrics, run

@@ -19,8 +19,9 @@ from orchestrator.hosts.inventory import Host
 from orchestrator.jobs.nodes import aggregate
 from orchestrator.plan.build import HostFacts, build_plan, queue_request
 from orchestrator.spec.model import JobSpec
-from remote_payload.gpuqueue import inventory as gpuinventory, queue as gpuqueue
 from remote_payload.contract.jobfolder import atomic_write_json
+from remote_payload.gpuqueue import inventory as gpuinventory
+from remote_payload.gpuqueue import queue as gpuqueue
 from remote_payload.jobdir.processes import boot_id
 
 JOB = "t-20261129-101500-abcd"

@@ -17,8 +17,8 @@ from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.plan.build import HostFacts, build_plan
 from orchestrator.spec.model import JobSpec
-from remote_payload.jobdir import processes as proctree
 from remote_payload.contract.jobfolder import sha256_file
+from remote_payload.jobdir import processes as proctree
 from tests.conftest import TICKER, Orch, write_job
 
 # What torchrun (--standalone, one process) gives its worker and a direct start gives the same.

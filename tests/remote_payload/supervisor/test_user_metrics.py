@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_payload.supervisor import metricswatch, scrape
 from remote_payload import report
+from remote_payload.supervisor import metricswatch, scrape
 from tests.conftest import Orch, write_job
 
 HF_TRAIN = """\

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from tests.support.trainer import make_tiny_assets
 
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.trainer import REPO, trainer_env
-
 from remote_payload.trainer import fanout as ckptshare
 from remote_payload.trainer.checkpoint import COMPLETE
+from tests.support.trainer import REPO, trainer_env
 
 DRIVER = """\
 import json, logging, os, sys

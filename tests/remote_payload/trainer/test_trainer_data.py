@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from remote_payload.trainer import data
 from remote_payload.contract.train_config import TrainSetupError
+from remote_payload.trainer import data
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from tests.support.trainer import base_config, run, write_config
 
 from remote_payload.trainer import loop as train
+from tests.support.trainer import base_config, run, write_config
 
 
 @pytest.fixture

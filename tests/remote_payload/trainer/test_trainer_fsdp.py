@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.remote_payload.trainer.test_trainer_resume import assert_bit_identical, assert_resumes_bit_identical, kill_after_checkpoint, weights
+
+from tests.remote_payload.trainer.test_trainer_resume import (
+    assert_bit_identical,
+    assert_resumes_bit_identical,
+    kill_after_checkpoint,
+    weights,
+)
 from tests.support.trainer import base_config, run, train_losses
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tests.support.trainer import base_config, metrics, run
 
-from remote_payload.trainer import data, distributed, export, quantize, setup as trainsetup
 from remote_payload.contract.train_config import TrainConfig
+from remote_payload.trainer import data, distributed, export, quantize
+from remote_payload.trainer import setup as trainsetup
 from remote_payload.trainer.loop import loss_sum
+from tests.support.trainer import base_config, metrics, run
 
 CPU_ONE = distributed.DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 

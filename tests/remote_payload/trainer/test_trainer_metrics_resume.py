@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.remote_payload.trainer.test_trainer_resume import kill_hard, wait_for
-from tests.support.trainer import base_config, metrics, run, start
 
 from remote_payload.trainer.checkpoint import latest_checkpoint
-from remote_payload.trainer.metrics import drop_after
 from remote_payload.trainer.loop import lr_factor
+from remote_payload.trainer.metrics import drop_after
+from tests.remote_payload.trainer.test_trainer_resume import kill_hard, wait_for
+from tests.support.trainer import base_config, metrics, run, start
 
 
 def complete_rows(path: Path) -> list[dict]:

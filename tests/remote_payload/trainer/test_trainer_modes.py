@@ -9,6 +9,7 @@ import torch
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
+
 from tests.support.trainer import base_config, run, train_losses
 
 

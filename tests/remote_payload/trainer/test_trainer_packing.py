@@ -14,12 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.remote_payload.trainer.test_trainer_resume import assert_bit_identical, assert_resumes_bit_identical, kill_after_checkpoint
-from tests.support.trainer import base_config, metrics, run, train_losses
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from remote_payload.trainer import data
 from remote_payload.trainer import model as modeling
+from tests.remote_payload.trainer.test_trainer_resume import (
+    assert_bit_identical,
+    assert_resumes_bit_identical,
+    kill_after_checkpoint,
+)
+from tests.support.trainer import base_config, metrics, run, train_losses
 
 
 @pytest.fixture(scope="module")

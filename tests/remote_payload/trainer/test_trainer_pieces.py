@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tests.support.trainer import base_config
 
-from remote_payload.trainer import distributed, loop as train, setup as trainsetup
 from remote_payload.contract.train_config import TrainConfig
+from remote_payload.trainer import distributed
+from remote_payload.trainer import loop as train
+from remote_payload.trainer import setup as trainsetup
+from tests.support.trainer import base_config
 
 CPU_ONE = distributed.DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.support.trainer import base_config, metrics, run
 
-from remote_payload.contract import precision as rules
+from remote_payload.trainer import precision as device_precision
 from remote_payload.trainer.loop import lr_factor, optimizer_step
+from tests.support.trainer import base_config, metrics, run
 
 
 def _setup(scale_enabled: bool):
@@ -59,9 +59,9 @@ def test_lr_warms_up_linearly_then_follows_the_schedule(schedule: str) -> None:
 
 def test_auto_precision_on_this_cpu_follows_its_bf16_speed() -> None:
     cpu = torch.device("cpu")
-    fast = rules.probe(cpu).fast_bf16  # AMX
-    assert rules.autocast_dtype(rules.on_device("auto", "ddp", cpu)) is (torch.bfloat16 if fast else None)
-    assert rules.autocast_dtype(rules.on_device("bf16", "ddp", cpu)) is torch.bfloat16
+    fast = device_precision.probe(cpu).fast_bf16  # AMX
+    assert device_precision.autocast_dtype(device_precision.on_device("auto", "ddp", cpu)) is (torch.bfloat16 if fast else None)
+    assert device_precision.autocast_dtype(device_precision.on_device("bf16", "ddp", cpu)) is torch.bfloat16
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from tests.support.trainer import base_config, metrics, run, start, train_losses
 
 

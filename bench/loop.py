@@ -4,7 +4,7 @@ Measured: the time until the command returns for three rows — first submit (a 
 folder), no-change resubmit, one file changed (one 10 KiB file rewritten) — of a workspace of
 2000 × 10 KiB files + one 50 MB file (random bytes, fixed seed) plus ``job.py``, a tiny job
 that writes a marker file. On loopback and through ``bench/latency_proxy.py`` (default 20 ms
-each way = 40 ms RTT, 100 Mbit/s each way), against one real loopback sshd (``tests/sshd.py``).
+each way = 40 ms RTT, 100 Mbit/s each way), against one real loopback sshd (``tests/support/sshd.py``).
 
 Against (same sync + a detached launch):
 

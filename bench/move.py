@@ -1,7 +1,7 @@
 """orch's move rows: ``orch resume JOB --on HOST`` of a stopped job, through the laptop and direct, vs tar and rsync.
 
 On loopback and through ``bench/latency_proxy.py`` (default 20 ms each way = 40 ms RTT,
-100 Mbit/s each way), against one real loopback sshd (``tests/sshd.py``). Two inventory hosts
+100 Mbit/s each way), against one real loopback sshd (``tests/support/sshd.py``). Two inventory hosts
 on it with different roots, ``a`` and ``b`` (``orch hosts add NAME --ssh "ssh -p PORT
 root@127.0.0.1" --identity KEY --root DIR --python PY --trust``), and the same two through the
 proxy, ``a-far`` and ``b-far`` (same roots, the proxy's port). orch runs as a user runs it:

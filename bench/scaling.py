@@ -16,7 +16,7 @@ round runs every cell once, in a rotated order). Not a test: machines are noisy.
 
 `--submit`: every run is a real `orch submit` of the same LoRA job on the tiny GPT-2 (fp32, batch
 4 per process, seq 64) on the built-in `local` host for 1, 2, 4 processes and on two namespaced
-sshd nodes (tests/netns.py, needs root) for 2x2; throughput is the mean of the trainer's own
+sshd nodes (tests/support/netns.py, needs root) for 2x2; throughput is the mean of the trainer's own
 `tokens_per_s` over the logged steps after the first 5; efficiency = tokens/s / (processes x the
 1-process tokens/s); every process runs 1 thread.
 """

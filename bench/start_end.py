@@ -2,7 +2,7 @@
 
 For a job whose script writes a timestamp as its first line, prints one line, and writes a
 timestamp as its last line, on the built-in ``local`` host and on a loopback sshd
-(``tests/sshd.py``), as a user runs it (``python -m orchestrator submit job.yaml --follow
+(``tests/support/sshd.py``), as a user runs it (``python -m orchestrator submit job.yaml --follow
 --json``, its own ``ORCH_HOME``, host added with ``--trust``, workspace already synced):
 
 - **start**: from running ``orch submit`` to the script's first line, against the anchor —

@@ -1,7 +1,7 @@
 """orch sync vs ``rsync -az`` over ssh, on loopback and through a 20 ms / 100 Mbit/s link.
 
 Workspace: 2000 files of 10 KiB plus one 50 MB file, random bytes from a fixed seed. Against
-one real loopback sshd (``tests/sshd.py``), for each of: first sync, no change, one file
+one real loopback sshd (``tests/support/sshd.py``), for each of: first sync, no change, one file
 changed — the median of ``--repeat`` runs of each tool, the two tools alternating. orch is
 timed as a user waits for it: open the SSH connection, ``hello`` (the host's sync state),
 select and plan, send, close. rsync pays its own ssh handshake the same way.
@@ -30,6 +30,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host
 from orchestrator.sync import record as synccache
 from orchestrator.sync import selection as syncmod
+from orchestrator.sync.send import sync
 
 N_SMALL, SMALL_SIZE, BIG_SIZE, SEED = 2000, 10 << 10, 50_000_000, 20240601
 ROWS = ("first sync", "no change", "one file changed")
@@ -58,7 +59,7 @@ def orch_sync(host: Host, ws: Path) -> dict[str, float]:
         remote = Remote(host, transport)
         hello = synccache.hello(remote, syncmod.project_name(ws))
         t2 = time.perf_counter()
-        syncmod.sync(remote, ws, [], hello["sync"])
+        sync(remote, ws, [], hello["sync"])
         t3 = time.perf_counter()
     t4 = time.perf_counter()
     return {"total": t4 - t0, "connect": t1 - t0, "hello": t2 - t1, "sync": t3 - t2, "close": t4 - t3,

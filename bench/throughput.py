@@ -1,7 +1,7 @@
 """orch's throughput rows: first sync vs the link's floor, fetch vs rsync, a no-change refetch vs one round trip.
 
 On loopback and through ``bench/latency_proxy.py`` (default 20 ms each way = 40 ms RTT,
-100 Mbit/s each way), against one real loopback sshd (``tests/sshd.py``). orch runs as a user
+100 Mbit/s each way), against one real loopback sshd (``tests/support/sshd.py``). orch runs as a user
 runs it: ``python -m orchestrator ...`` in a subprocess, its own ``ORCH_HOME``, the host added
 once with ``orch hosts add NAME --ssh "ssh -p PORT root@127.0.0.1" --identity KEY --root DIR
 --trust``, and one untimed submit first (payload install; it also warms whatever orch keeps

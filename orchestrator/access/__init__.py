@@ -1,3 +1,1 @@
-"""Getting onto a host: the right transport for it (held, direct or local), new host keys pinned, a
-password login turned into a key login.
-"""
+"""Getting onto a host: the right transport (held, direct or local), host keys pinned, a password login made a key."""

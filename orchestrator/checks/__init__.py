@@ -1,3 +1,1 @@
-"""What can be known to be wrong before a job runs: one verdict type; the laptop's checks, a host's
-preflight, a Slurm cluster's.
-"""
+"""What is wrong before a job runs: one verdict type; the laptop's checks, a host's preflight, a Slurm cluster's."""

@@ -48,7 +48,7 @@ Examples:
 
 # Every command: its module under orchestrator.cli (which lists it in COMMANDS) and the first
 # paragraph of its help, whitespace collapsed — what `orch --help` shortens to one line, so the
-# module is imported only when the command runs. tests/test_cli_start.py checks this table
+# module is imported only when the command runs. tests/orchestrator/cli/test_cli_start.py checks this table
 # against the real commands (names, modules, help), so it cannot drift.
 COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "cancel": ("cancel", "Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints), "

@@ -1,3 +1,1 @@
-"""Showing jobs to people: progress columns, tables fitted to the terminal, training-curve plots, a
-word when a job ends.
-"""
+"""Jobs shown to people: progress columns, tables fitted to the terminal, training curves, a word when a job ends."""

@@ -1,3 +1,1 @@
-"""Bringing a job's files home, verified: the untrusted manifest, what earlier fetches verified,
-``fetch --watch`` and the move kit it keeps.
-"""
+"""A job's files brought home, verified: the untrusted manifest, what earlier fetches verified, --watch, the move kit."""

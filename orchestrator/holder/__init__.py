@@ -1,3 +1,1 @@
-"""The kept-warm connection per host (like OpenSSH's ControlPersist): the daemon, its commands, the
-wire, spawning, the client transport.
-"""
+"""The kept-warm connection per host (like ControlPersist): daemon, commands, wire, spawning, the client transport."""

@@ -1,3 +1,1 @@
-"""The host inventory: entries, the built-in ``local`` host, provider presets, the ``~/.ssh/config``
-block.
-"""
+"""The host inventory: entries and the built-in local host, pinned host keys, provider presets, ~/.ssh/config."""

@@ -1,3 +1,1 @@
-"""``orch resume JOB --on HOST``: a job continued on other hosts, through the laptop or server to
-server.
-"""
+"""orch resume JOB --on HOST: a job continued on other hosts, through the laptop or copied server to server."""

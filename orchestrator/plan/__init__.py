@@ -1,3 +1,1 @@
-"""Pure: a validated spec + host facts -> the ``Plan`` (exact argv per node, a Slurm batch script)
-that ``--dry-run`` prints.
-"""
+"""Pure: a validated spec + host facts -> the Plan (argv per node, a Slurm batch script) that --dry-run prints."""

@@ -1,3 +1,1 @@
-"""job.yaml: its pydantic models, ``load_spec`` (the only I/O), errors in plain words with file:line,
-sweep keys, ``launch.slurm``.
-"""
+"""job.yaml: pydantic models, load_spec (the only I/O) with file:line errors in plain words, sweep keys, launch.slurm."""

@@ -1,6 +1,6 @@
 """Validation and YAML errors of a job file in plain words.
 
-Pure functions used by ``spec.py``. Contract: a message says what the field allows ("an
+Pure functions used by ``load.py``. Contract: a message says what the field allows ("an
 integer from 1 to 1024 or auto", "one of: full, partial, lora"), read from the job's JSON
 Schema, and never shows validator internals (regular expressions, ``literal_error``,
 ``constrained-int``, "Value error, "). A YAML syntax error names where the parser noticed

@@ -227,7 +227,7 @@ SweepValues = Annotated[list[Scalar], Field(min_length=1)]
 
 class JobSpec(Frozen):
     """The whole job file. Exactly one of ``launch.command`` and ``train`` is set. With a
-    ``sweep``, ``hosts`` is a pool and each combination is a job of its own (``sweep.py``)."""
+    ``sweep``, ``hosts`` is a pool and each combination is a job of its own (``orchestrator/sweep/expand.py``)."""
 
     name: str = Field(pattern=NAME_RE, description="[a-z0-9-]; job ids are <name>-<yyyymmdd-hhmmss>-<4 hex>.")
     hosts: list[HostRef] = Field(min_length=1, description="Inventory names, `local`, or inline host objects.")

@@ -1,5 +1,5 @@
-"""Sweep keys and values: the pure rules shared by job.yaml's ``sweep:`` block (``spec.py``)
-and ``orch submit --sweep`` (``sweep.py``). No I/O; yaml only, imported when a flag is parsed
+"""Sweep keys and values: the pure rules shared by job.yaml's ``sweep:`` block (``model.py``)
+and ``orch submit --sweep`` (``orchestrator/sweep/expand.py``). No I/O; yaml only, imported when a flag is parsed
 (``orch status --sweep`` loads this module and must stay light).
 
 A key is a dotted path into the job file: ``train.lr``, ``train.lora.r``, ``env.LR``; a part

@@ -1,3 +1,1 @@
-"""What the laptop keeps: the SQLite job registry, each host's reachability, the run folders orch
-writes.
-"""
+"""What the laptop keeps: the SQLite job registry, each host's reachability, the run folders orch writes."""

@@ -1,3 +1,1 @@
-"""Workspace sync: choose files and diff them against the host's record, then send the changes as one
-tar stream.
-"""
+"""Workspace sync: files chosen and diffed against the host's record, the changes sent as one tar stream."""

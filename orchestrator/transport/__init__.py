@@ -1,4 +1,4 @@
-"""Transports execute argv on a host; they know nothing about jobs (docs/architecture.md)."""
+"""Transports execute argv on a host (SSH with paramiko, or this machine); they know nothing about jobs."""
 
 from orchestrator.transport.base import Process, Result, Transport
 

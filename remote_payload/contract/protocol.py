@@ -30,7 +30,7 @@ from typing import IO, Any, Dict, NamedTuple, Optional, Tuple
 PENDING, QUEUED, SETTING_UP, RUNNING = "pending", "queued", "setting_up", "running"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 LOST, UNKNOWN = "lost", "unknown"
-ACTIVE = (RUNNING, SETTING_UP, QUEUED, PENDING)  # most active first; queued: waiting for GPUs (gpuqueue.py)
+ACTIVE = (RUNNING, SETTING_UP, QUEUED, PENDING)  # most active first; queued: waiting for GPUs (remote_payload/gpuqueue/)
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)       # written by a supervisor; never changes again
 SETTLED = TERMINAL + (LOST, UNKNOWN)            # nothing more will happen without the user
 RESUMABLE = (FAILED, LOST, CANCELLED)           # what ``orch resume`` accepts
@@ -137,7 +137,7 @@ REQUESTS: Dict[str, Request] = {
     "tcp_check": Request({"host": (str, REQUIRED), "port": (int, REQUIRED)},
                          {"ok": (bool, REQUIRED), "reason": (str, OPT), "seconds": (NUMBER, OPT)}),
     "preflight": Request({"torch_timeout": (NUMBER, 60.0)}, {"root": (str, REQUIRED)}),
-    # moving a job (orch resume --on; movejob.py): the source's listing, the target's staging
+    # moving a job (orch resume --on; remote_payload/move/job.py): the source's listing, the target's staging
     "move_list": Request(JOB, {"files": (list, REQUIRED), "checkpoint": ((str, NONE), REQUIRED),
                                "links": (list, REQUIRED), "outside": (list, REQUIRED), "attempt": (int, REQUIRED),
                                "state": (str, REQUIRED)}),

@@ -1,3 +1,1 @@
-"""The host's GPU queue: each job's supervisor waits here for its GPUs; no daemon (standard library
-only).
-"""
+"""The host's GPU queue: each job's supervisor waits here for its GPUs; no daemon (standard library only)."""

@@ -11,7 +11,7 @@ with any supervisor killed or restarted:
   ``memory_gb`` per GPU, ``pinned`` indices from the job's own ``CUDA_VISIBLE_DEVICES``), its
   ``priority`` and ``since``; ``state`` is ``waiting`` until a pass grants it ``gpus``
   (``running``). The supervisor removes it when the job ends (``release``).
-- ``queue/gpus.json``: the inventory the last look used (``gpuinventory.py``, with its test
+- ``queue/gpus.json``: the inventory the last look used (``inventory.py``, with its test
   hooks), shared by the waiters and shown by ``orch queue``.
 
 Contract:

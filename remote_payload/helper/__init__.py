@@ -1,3 +1,1 @@
-"""The helper session on a host: the request loop, what each request does with the root, sync's
-receiving end, log and file streams, host facts.
-"""
+"""The helper session on a host: the request loop, what each request does, sync's receiving end, streams, facts."""

@@ -1,4 +1,4 @@
-"""The server side of a session: read requests (``protocol.py``), run each one's handler,
+"""The server side of a session: read requests (``contract/protocol.py``), run each one's handler,
 write its reply; until stdin ends.
 
 Every handler is ``(ctx, args, inp, out) -> reply``: ``args`` already checked against the

@@ -94,7 +94,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
-    try:  # one receive per project at a time; a stalled earlier one is stopped (lease.py)
+    try:  # one receive per project at a time; a stalled earlier one is stopped (jobdir/lease.py)
         held = lease.acquire(p["record"] + ".lock", "receive " + project, stall_s)
     except lease.LeaseBusy as exc:
         raise SyncError("another sync of this workspace is running: %s" % exc)

@@ -1,3 +1,1 @@
-"""Moving a job to another host, the server's side: the source's listing, the target's verified
-staging and adoption, a server-to-server pull.
-"""
+"""A job moved to another host, the server's side: the source's listing, verified staging, adoption, a direct pull."""

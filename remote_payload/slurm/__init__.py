@@ -1,3 +1,1 @@
-"""Slurm through its command-line clients (sbatch, squeue, sacct, scancel, sinfo), and a job on a
-cluster seen from the login node.
-"""
+"""Slurm through its command-line clients (sbatch, squeue, sacct, scancel, sinfo); a cluster job from the login node."""

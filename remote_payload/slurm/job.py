@@ -1,5 +1,5 @@
 """A job on a Slurm cluster, seen from the login node: submit, probe, cancel, resume
-(``agent.py`` calls these for a job whose job.json has a ``slurm`` section; docs/slurm.md).
+(``helper/agent.py`` calls these for a job whose job.json has a ``slurm`` section; docs/slurm.md).
 Standard library only, Python >= 3.8.
 
 Nothing of orch stays running on the login node: every call asks Slurm and reads the job

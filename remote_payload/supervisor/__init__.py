@@ -1,3 +1,1 @@
-"""The per-node supervisor: setup, the job (under torchrun, started directly, or in a Slurm
-allocation), manifest and state, then on-finish steps (standard library only).
-"""
+"""The per-node supervisor: setup, the job (torchrun, direct, or a Slurm allocation), manifest, state, on-finish."""

@@ -1,7 +1,7 @@
 """The per-node supervisor: setup, then the job (under torchrun, or started directly), then
 manifest and state.
 
-Started detached (new session, all three streams redirected) by ``agent.py launch``, so it
+Started detached (new session, all three streams redirected) by the helper's ``launch`` (``helper/agent.py``), so it
 survives the SSH session ending and SIGHUP. Standard library only. Contract (docs/architecture.md):
 
 - ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
@@ -16,9 +16,9 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   only ever appended to, so readers can follow it by byte offset.
 - Before setup the node waits for its GPUs in the host's queue (``gpuqueue.take``: state
   ``queued``), gets them as ``CUDA_VISIBLE_DEVICES`` and gives them back in ``finish``.
-- SIGTERM (``orch cancel``) goes to every process of the job's tree (see proctree.py); after
+- SIGTERM (``orch cancel``) goes to every process of the job's tree (see jobdir/processes.py); after
   ``grace_s`` what is left is killed. The job then ends ``cancelled``.
-- In a Slurm allocation (job.json has ``slurm``; ``slurmrun.py``) the job runs as one srun
+- In a Slurm allocation (job.json has ``slurm``; ``allocation.py``) the job runs as one srun
   step across the allocation's nodes; SIGUSR1 is the time-limit warning, and a SIGTERM
   that is not ``orch cancel`` ends the job with the state Slurm names.
 """

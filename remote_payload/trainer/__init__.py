@@ -1,3 +1,1 @@
-"""The built-in trainer (entry point ``python -m remote_payload.train``): setup, loop, model, data,
-checkpoints, export, metrics.
-"""
+"""The built-in trainer (python -m remote_payload.train): setup, loop, model, data, checkpoints, export, metrics."""

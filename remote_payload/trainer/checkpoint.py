@@ -15,7 +15,7 @@ Contracts: `save_checkpoint` is a collective (every rank calls it; rank 0 writes
 ends it). A save is written to `tmp-<N>/`, fsynced, marked COMPLETE and only then renamed to
 `step-<N>/`, so a crash mid-save never damages the previous checkpoint; older checkpoints are
 pruned only after the rename. `latest_checkpoint` considers only `step-*` folders with COMPLETE. Nodes without a shared disk:
-ckptshare.py copies the newest checkpoint to the others when a run starts (into `tmp-recv-<N>/`,
+fanout.py copies the newest checkpoint to the others when a run starts (into `tmp-recv-<N>/`,
 verified, then renamed the same way).
 """
 

@@ -13,7 +13,7 @@ Contracts:
   gradients for checkpointing); gradient checkpointing non-reentrant, which needs no input
   gradients, works under DDP and FSDP, and replays dropout's RNG (losses unchanged).
 
-Schema-level rules (quantize needs LoRA and strategy ddp) live in config.py and are checked on the
+Schema-level rules (quantize needs LoRA and strategy ddp) live in contract/train_config.py and are checked on the
 laptop by `orch check`. Only `from_pretrained_kwargs` and `prepare` import torch/transformers/peft.
 """
 

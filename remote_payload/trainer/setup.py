@@ -1,4 +1,4 @@
-"""Setup of a training run: everything the loop in train.py needs, built in a fixed order.
+"""Setup of a training run: everything the loop in loop.py needs, built in a fixed order.
 
     run = setup(cfg, out, info)   # seed → precision → model → data → resume point → wrap → optimizer
 
@@ -176,7 +176,7 @@ def settle_buckets(model: torch.nn.Module, device: torch.device,
 def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     """Build the run (see the module contract); resumes from the latest complete checkpoint in `out`."""
     seed_everything(cfg.seed)
-    run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: precision.py
+    run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: contract/precision.py
     amp_dtype = precision.autocast_dtype(run_precision)
     log.info("device %s, world size %d, precision %s (%s), %s", info.device, info.world_size, cfg.precision,
              amp_dtype or torch.float32, modeling.hub_env_summary())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 HOLD = """\
 import json, os, pathlib, sys, time

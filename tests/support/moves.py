@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import Orch, exact_workspace
+from tests.support.orch import Orch, exact_workspace
 
 
 def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float = 0.0, steps: int = 12) -> Path:

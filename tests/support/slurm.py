@@ -257,7 +257,7 @@ class SlurmCluster:
 
 @dataclass
 class SlurmLogin:
-    """The loopback sshd (tests/sshd.py) as the cluster's login node, as orch's Slurm backend
+    """The loopback sshd (tests/support/sshd.py) as the cluster's login node, as orch's Slurm backend
     will reach it: ``ssh root@127.0.0.1``, with ``cluster.bin`` first on PATH (sshd does
     not pass ``SLURM_CONF`` on, and the machine has no /etc/slurm/slurm.conf)."""
 
@@ -414,7 +414,7 @@ def _write_conf(c: SlurmCluster, hw: dict[str, int], ctl_addr: str, extra_conf: 
                       f"RealMemory={hw['RealMemory']}{gres} State=UNKNOWN" for n in c.nodes)
     partitions = "\n".join(c.partitions)
     c.conf.write_text(f"""\
-# A test cluster of orch's tests (tests/slurm.py); everything lives in {w}
+# A test cluster of orch's tests (tests/support/slurm.py); everything lives in {w}
 ClusterName={c.name}
 SlurmctldHost={short_hostname()}({ctl_addr})
 SlurmctldPort={c.ctl_port}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from orchestrator.checks.preflight import Needs, judge
 from orchestrator.checks.verdict import FAIL, OK, WARN
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 TRAIN_FP16 = """name: needs-gpu
 hosts: [box]

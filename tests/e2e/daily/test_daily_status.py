@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.display.plot import draw, parse_metrics
 from orchestrator.display.progress import FollowBar, row_fields
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.sshd import SSHServer
 
 WRITER = """import json, os, time

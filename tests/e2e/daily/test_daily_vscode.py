@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.sshd import SSHServer, ensure_user
 
 FOREIGN = "Host work\n    HostName work.example.com\n    User me\n\nHost *\n    ServerAliveCountMax 3\n"

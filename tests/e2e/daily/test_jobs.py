@@ -12,7 +12,7 @@ from pathlib import Path
 
 from remote_payload.jobdir import processes as proctree
 from remote_payload.jobdir.processes import group_alive
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 SLOW = """\
 import os, pathlib, sys, time
@@ -90,7 +90,7 @@ def test_cancel_stops_the_process_group(orch: Orch, host: str) -> None:
         time.sleep(0.2)
     running = orch.json("status", job)
     workers = [tuple(p) for p in running["procs"]]
-    assert workers  # the script itself (a direct start; torchrun's tree: tests/test_launch_direct.py)
+    assert workers  # the script itself (a direct start; torchrun's tree: tests/remote_payload/supervisor/test_launch_direct.py)
     assert orch("cancel", job, "--grace", "5").stdout.strip().endswith("cancelled")
     assert orch.json("status", job)["state"] == "cancelled"
     assert_group_gone(running["pgid"])

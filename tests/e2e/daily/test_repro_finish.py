@@ -12,7 +12,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 SHUTDOWN = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text(str(time.time()))"
 

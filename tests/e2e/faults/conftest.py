@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch
+from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
 from tests.support.sshd import SSHServer
 

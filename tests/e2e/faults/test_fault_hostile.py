@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.sshd import SSHServer, ensure_user, free_port, start_sshd
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=50),

@@ -10,7 +10,7 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
-from tests.conftest import REPO, Orch, write_job
+from tests.support.orch import REPO, Orch, write_job
 
 
 def running_again(orch: Orch, *jobs: str) -> None:

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from remote_payload.jobdir import lease
-from tests.conftest import Orch, write_job
 from tests.e2e.faults.conftest import start_paused
+from tests.support.orch import Orch, write_job
 from tests.support.proxy import FaultProxy
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from remote_payload.jobdir import lease
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.proxy import FaultProxy
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, tmpfs, write_job
+from tests.support.orch import Orch, tmpfs, write_job
 
 
 def train_job(orch: Orch, host: str, assets: Path, max_steps: int = 40) -> Path:

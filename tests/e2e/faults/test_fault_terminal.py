@@ -8,7 +8,7 @@ import shlex
 import subprocess
 import sys
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 HOSTILE = "\\x1b]0;pwned\\x07\\x1b[2J\\x1b]8;;http://evil.example\\x07link\\x1b]8;;\\x07 [/dim] [bold red]x[/]"
 

@@ -10,7 +10,7 @@ import signal
 import time
 
 from remote_payload.jobdir import processes as proctree
-from tests.conftest import TICKER, Orch, write_job
+from tests.support.orch import TICKER, Orch, write_job
 
 
 def start_ticker(orch: Orch, host: str, name: str, ticks: int) -> tuple[str, dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import Orch
+from tests.support.orch import Orch
 
 
 def test_hostile_env_argv_and_file_names_arrive_verbatim(orch: Orch, host: str, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, tmpfs, write_job
+from tests.support.orch import Orch, tmpfs, write_job
 
 
 def launched(orch: Orch) -> list[Path]:

@@ -14,8 +14,8 @@ import pytest
 from rich.cells import cell_len
 
 from orchestrator.state import reach
-from tests.conftest import TICKER, Orch, dead_port, write_job
 from tests.e2e.faults.conftest import proxy  # noqa: F401 - the fixture
+from tests.support.orch import TICKER, Orch, dead_port, write_job
 from tests.support.proxy import FaultProxy
 from tests.support.sshd import SSHServer
 

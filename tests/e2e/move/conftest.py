@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tests.conftest import Orch
 from tests.e2e.faults.conftest import flaky, proxy  # noqa: F401 - fixtures used by the move tests
+from tests.support.orch import Orch
 from tests.support.sshd import SSHServer
 
 

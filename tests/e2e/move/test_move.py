@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import Orch
 from tests.support.moves import assert_same_run, reference_and_stopped
+from tests.support.orch import Orch
 
 
 def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2: str, tiny_assets: Path) -> None:

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 
-from tests.conftest import Orch
 from tests.support.moves import assert_same_run, trainer_spec, wait_for
+from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
 
 

@@ -9,8 +9,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.conftest import Orch
 from tests.support.moves import wait_for
+from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
 
 COUNTER = """\

@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from remote_payload.jobdir.processes import group_alive
-from tests.conftest import Orch, exact_workspace
 from tests.support.netns import Cluster
+from tests.support.orch import Orch, exact_workspace
 
 
 @pytest.fixture

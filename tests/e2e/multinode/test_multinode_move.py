@@ -1,7 +1,7 @@
 """A two-node job moved to two other nodes (issue 14): `orch resume --on A --on B` copies the
 job to the new nodes (the checkpoint to the first; the trainer fans it out to the other, no
 shared disk) and the run ends bit-identical to one never interrupted. The new "servers" are the
-same namespaces under other roots (tests/netns.py)."""
+same namespaces under other roots (tests/support/netns.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-from tests.conftest import Orch
 from tests.e2e.multinode.test_multinode import two_nodes  # noqa: F401 (a fixture)
 from tests.e2e.multinode.test_multinode_resume import complete_steps, final_weights, job_folder, resume_spec
 from tests.support.moves import wait_for
 from tests.support.netns import Cluster
+from tests.support.orch import Orch
 
 STEPS = 12
 

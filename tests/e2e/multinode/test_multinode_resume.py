@@ -2,7 +2,7 @@
 SIGKILLed on the node that writes checkpoints, resumed with `orch resume`: the other node's job
 folder gets the checkpoint (fanned out by the trainer, remote_payload/trainer/fanout.py), and the run
 ends bit-identical to an uninterrupted one. The two nodes are network namespaces with job
-folders of their own (tests/netns.py); real torchrun, c10d and gloo."""
+folders of their own (tests/support/netns.py); real torchrun, c10d and gloo."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import Orch
 from tests.e2e.multinode.test_multinode import _node_status, train_spec, two_nodes  # noqa: F401 (a fixture)
+from tests.support.orch import Orch
 
 STEPS = 12
 SLOW = {"ORCH_TEST_STEP_DELAY_S": "0.5"}  # remote_payload/train.py: time to kill mid-run, same numbers

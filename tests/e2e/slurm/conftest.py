@@ -1,4 +1,4 @@
-"""Real Slurm clusters for the Slurm tests (tests/slurm.py), one of each per session:
+"""Real Slurm clusters for the Slurm tests (tests/support/slurm.py), one of each per session:
 
 * ``slurm``: slurmctld and one slurmd on this machine (node = this machine's short hostname);
 * ``slurm2``: slurmctld here, two slurmds in network namespaces (``node1``, ``node2``);

@@ -1,6 +1,6 @@
 """remote_payload/slurm/clients.py, the Slurm layer of issue 13: pure parts (script text, validation,
 parsing, the state table) without Slurm, the rest against the real test clusters of
-tests/slurm.py (``slurm``: one node, ``slurm2``: node1 + node2; 2 fake GPUs per node)."""
+tests/support/slurm.py (``slurm``: one node, ``slurm2``: node1 + node2; 2 fake GPUs per node)."""
 
 from __future__ import annotations
 

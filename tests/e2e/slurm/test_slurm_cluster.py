@@ -1,4 +1,4 @@
-"""The Slurm test clusters themselves (tests/slurm.py): batch jobs and srun steps on one
+"""The Slurm test clusters themselves (tests/support/slurm.py): batch jobs and srun steps on one
 node and across two namespaces, pending reasons, scancel, exit codes, fake GPUs, the
 login node over ssh, no accounting, and a teardown that leaves nothing behind."""
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import Orch, exact_workspace
+from tests.support.orch import Orch, exact_workspace
 from tests.support.proxy import FaultProxy
 from tests.support.slurm import SlurmCluster, SlurmLogin, available, start_slurm, wait_for
 from tests.support.sshd import SSHServer

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import Orch
 from tests.e2e.slurm.test_slurm_jobs import add_lab
 from tests.support.moves import assert_same_run, reference_and_stopped
+from tests.support.orch import Orch
 from tests.support.slurm import SlurmCluster, SlurmLogin
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 
 def job(orch: Orch, command: str | list[str], workspace: str = "ws", exclude: list[str] | None = None) -> Path:

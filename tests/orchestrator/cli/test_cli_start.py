@@ -18,7 +18,7 @@ import click
 import orchestrator.cli
 from orchestrator.display.progress import JobProgress
 from orchestrator.state.registry import FINAL_KEY, SUBMITTING, Registry
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 # What a fast start must not load: pydantic and the modules built on it, rich's console,
 # paramiko, yaml, and everything that connects to a host.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.display import notify
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 SLEEPER = ["python", "-c", "import time; print('working', flush=True); time.sleep(3); print('done')"]
 

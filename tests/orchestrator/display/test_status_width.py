@@ -13,7 +13,7 @@ from rich.cells import cell_len
 from orchestrator.display.progress import STATUS_COLUMNS, StatusRow, row_fields, status_lines
 from orchestrator.display.table import Column, fit, truncate
 from orchestrator.state.registry import Registry, short_ids
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 STATES = ["running", "succeeded", "failed", "setting_up", "pending", "cancelled", "lost"]
 ALL_HEADERS = [c.header for c in STATUS_COLUMNS]

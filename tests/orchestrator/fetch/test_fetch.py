@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 MAKE = """\
 import os, pathlib

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tests.conftest import Orch, dead_port, write_job
 from tests.e2e.faults.conftest import proxy  # noqa: F401 - the fixture
+from tests.support.orch import Orch, dead_port, write_job
 from tests.support.proxy import FaultProxy
 from tests.support.sshd import SSHServer
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from orchestrator.fetch.manifest import Entry, local_names
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 TUTORIAL = """\
 import os, pathlib

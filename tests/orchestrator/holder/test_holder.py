@@ -26,7 +26,7 @@ from orchestrator.errors import HostError
 from orchestrator.holder.client import HeldTransport
 from orchestrator.holder.spawn import running, stop_holders
 from orchestrator.hosts.inventory import Host
-from tests.conftest import Orch
+from tests.support.orch import Orch
 from tests.support.sshd import SSHServer, ensure_user, keygen, start_sshd
 
 SHOW = "echo $SSH_CONNECTION"

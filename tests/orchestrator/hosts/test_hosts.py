@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import parse_ssh_command
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.sshd import SSHServer, ensure_user, free_port, keygen
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.sshd import SSHServer, ensure_user, free_port, keygen
 
 AUTODL_ROOT = "/root/autodl-tmp/orch"

@@ -9,7 +9,7 @@ import shutil
 from unittest.mock import patch
 
 from orchestrator.jobs import logcache
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 
 def test_an_ended_jobs_log_is_printed_again_without_the_host(orch: Orch, host: str) -> None:

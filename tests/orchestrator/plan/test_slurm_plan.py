@@ -23,7 +23,7 @@ from orchestrator.spec.model import JobSpec
 from orchestrator.state.registry import JobRecord
 from remote_payload.contract.slurm import RDZV
 from remote_payload.slurm import clients as slurm
-from tests.conftest import Orch
+from tests.support.orch import Orch
 
 JOB = "t-20261129-101500-abcd"
 PY = "/usr/bin/python3"

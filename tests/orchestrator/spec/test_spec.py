@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import load_spec, parse_spec
 from orchestrator.spec.model import JobSpec
-from tests.conftest import REPO, Orch
+from tests.support.orch import REPO, Orch
 
 GOOD = "name: ok\nhosts: [local]\nlaunch:\n  command: python train.py --lr 1e-4\n"
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import Orch
+from tests.support.orch import Orch
 from tests.support.sshd import SSHServer
 
 

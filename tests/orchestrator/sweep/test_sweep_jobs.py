@@ -11,7 +11,7 @@ from unittest.mock import patch
 
 from orchestrator.display.plot import legend_labels, overlay, parse_metrics
 from orchestrator.state.registry import Registry
-from tests.conftest import Orch
+from tests.support.orch import Orch
 
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 

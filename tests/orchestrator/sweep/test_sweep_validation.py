@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Orch
+from tests.support.orch import Orch
 
 JOB = """\
 name: tiny

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.sync import selection as syncmod
-from tests.conftest import run_sync, tree
+from tests.support.orch import run_sync, tree
 
 
 @pytest.fixture

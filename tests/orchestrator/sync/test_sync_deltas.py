@@ -11,7 +11,7 @@ from pathlib import Path
 from orchestrator.helper.remote import Remote
 from orchestrator.sync import record as synccache
 from orchestrator.sync import selection as syncmod
-from tests.conftest import run_sync, tree
+from tests.support.orch import run_sync, tree
 
 
 def _ws(tmp_path: Path, n: int = 30) -> Path:

@@ -18,7 +18,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.sync import selection as syncmod
 from orchestrator.sync import send as transfer
 from remote_payload.contract.jobfolder import sha256_file
-from tests.conftest import REPO, run_sync
+from tests.support.orch import REPO, run_sync
 
 
 def server_view(root: Path) -> dict[str, str]:

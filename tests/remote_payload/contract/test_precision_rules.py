@@ -15,7 +15,7 @@ import torch
 from remote_payload.contract import precision
 from remote_payload.contract import train_config as config
 from remote_payload.contract.precision import DeviceCaps, PrecisionError, resolve
-from tests.conftest import Orch
+from tests.support.orch import Orch
 from tests.support.trainer import base_config, metrics, run
 
 CPU = DeviceCaps("cpu", "CPU", bf16=True, fast_bf16=False)

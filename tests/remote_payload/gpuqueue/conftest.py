@@ -1,4 +1,4 @@
-"""The gate folder of the GPU queue's tests (tests/queue/queuehelp.py)."""
+"""The gate folder of the GPU queue's tests (tests/support/gpuqueue.py)."""
 
 from __future__ import annotations
 

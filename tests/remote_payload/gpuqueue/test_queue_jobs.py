@@ -1,5 +1,5 @@
 """The GPU queue with real jobs on `local` and the loopback sshd, fake GPU inventories
-(tests/queue/queuehelp.py): side by side when the box has room, one after another when not,
+(tests/support/gpuqueue.py): side by side when the box has room, one after another when not,
 `queued #N` in orch status and orch queue, priority before FIFO, cancel of a queued job, a
 queued job started with no laptop around, a supervisor killed while queued, a dead holder's
 GPUs freed, GPUs busy with other processes never handed out, never two jobs on one GPU, and
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.cells import cell_len
 
-from tests.conftest import Orch, stop_holders
 from tests.support.gpuqueue import Gate, queued_at, submit, wait_for
+from tests.support.orch import Orch, stop_holders
 
 ALL_DONE = ("succeeded", "failed", "cancelled", "lost")
 

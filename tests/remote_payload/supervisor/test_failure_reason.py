@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from remote_payload.supervisor import failure
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 SCRIPTS = {
     "boom.py": "def load():\n    raise ValueError('boom')\n\nprint('starting', flush=True)\nload()\n",

@@ -19,7 +19,7 @@ from orchestrator.plan.build import HostFacts, build_plan
 from orchestrator.spec.model import JobSpec
 from remote_payload.contract.jobfolder import sha256_file
 from remote_payload.jobdir import processes as proctree
-from tests.conftest import TICKER, Orch, write_job
+from tests.support.orch import TICKER, Orch, write_job
 
 # What torchrun (--standalone, one process) gives its worker and a direct start gives the same.
 SAME = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",

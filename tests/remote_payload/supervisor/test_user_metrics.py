@@ -12,7 +12,7 @@ import pytest
 
 from remote_payload import report
 from remote_payload.supervisor import metricswatch, scrape
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 
 HF_TRAIN = """\
 import json, sys

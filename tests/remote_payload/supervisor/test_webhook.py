@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from remote_payload.supervisor import webhook
-from tests.conftest import Orch, write_job
+from tests.support.orch import Orch, write_job
 from tests.support.webhooks import Hook
 
 SECRET = "T0KEN-s3cret"

@@ -1,6 +1,6 @@
 """ckptshare (the checkpoint fan-out of a multi-node resume): the plan and the checks as pure
 functions, then the transfer itself under real torchrun and gloo, with 4 processes whose job
-folders stand for three filesystems (the 2-node job through orch: tests/multinode/test_multinode_resume.py)."""
+folders stand for three filesystems (the 2-node job through orch: tests/e2e/multinode/test_multinode_resume.py)."""
 
 from __future__ import annotations
 

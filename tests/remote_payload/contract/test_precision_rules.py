@@ -15,6 +15,7 @@ import torch
 from remote_payload.contract import precision
 from remote_payload.contract import train_config as config
 from remote_payload.contract.precision import DeviceCaps, PrecisionError, resolve
+from remote_payload.trainer import precision as device_precision
 from tests.support.orch import Orch
 from tests.support.trainer import base_config, metrics, run
 
@@ -75,7 +76,7 @@ def test_invariants_over_every_combination(wanted: str, strategy: str, device: D
 
 
 def test_probe_describes_this_cpu() -> None:
-    caps = precision.probe(torch.device("cpu"))
+    caps = device_precision.probe(torch.device("cpu"))
     assert caps.kind == "cpu" and caps.bf16
     assert caps.fast_bf16 == bool(torch.cpu._is_amx_tile_supported())
 
@@ -105,11 +106,11 @@ def test_the_laptop_accepts_every_other_combination(orch: Orch, wanted: str, str
 
 
 def test_a_trainer_run_with_auto_resolves_through_the_same_function(tiny_assets: Path, tmp_path: Path) -> None:
-    expected = precision.resolve("auto", "ddp", precision.probe(torch.device("cpu")))
+    expected = precision.resolve("auto", "ddp", device_precision.probe(torch.device("cpu")))
     result = run(tmp_path, base_config(precision="auto", max_steps=2, log_every=1, eval_every=2, save_every=2),
                  tiny_assets, nproc=1)
     assert result.returncode == 0, result.stdout
-    assert f"precision auto ({precision.autocast_dtype(expected) or torch.float32})" in result.stdout
+    assert f"precision auto ({device_precision.autocast_dtype(expected) or torch.float32})" in result.stdout
     rows = [m for m in metrics(tmp_path) if "loss" in m]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(("scale" in r) == precision.uses_grad_scaler(expected) for r in rows)

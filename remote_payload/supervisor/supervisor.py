@@ -44,10 +44,10 @@ from remote_payload.contract.jobfolder import atomic_write_json, read_json  # no
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
 from remote_payload.jobdir import processes as proctree  # noqa: E402
-from remote_payload.jobdir import record as repro
-from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402  # noqa: E402
+from remote_payload.jobdir import record as repro  # noqa: E402
+from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
-from remote_payload.supervisor import allocation as slurmrun
+from remote_payload.supervisor import allocation as slurmrun  # noqa: E402
 from remote_payload.supervisor import failure, metricswatch, onfinish, webhook  # noqa: E402
 from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
 

@@ -27,7 +27,7 @@ def spawn(host: Host) -> None:
         where = place(host)
         if where is None or not lock_free(where.lock):
             return
-        src = str(Path(__file__).resolve().parents[1])  # the orch this CLI runs, not another install
+        src = str(Path(__file__).resolve().parents[2])  # the orch this CLI runs, not another install
         code = f"import sys; p = {src!r}; p in sys.path or sys.path.insert(0, p); import orchestrator.holder.daemon as h; h.main()"
         env = {**os.environ, "ORCH_HOME": str(orch_home().resolve()), "ORCH_HOLD_HOST": host.model_dump_json(),
                "ORCH_HOLD_VERSION": __version__}

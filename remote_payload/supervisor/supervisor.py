@@ -145,7 +145,7 @@ class Supervisor:
         env["ORCH_JOB_ID"] = self.job["job_id"]
         env["ORCH_JOB_DIR"] = self.job_dir
         env["ORCH_METRICS"] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md
-        payload = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        payload = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <root>/payload/<hash>
         env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
         return env
 

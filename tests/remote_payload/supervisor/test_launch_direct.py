@@ -33,12 +33,14 @@ AGENT_ONLY = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELAST
 ENVDUMP = f"""\
 import json, os, sys
 import torch, torch.distributed as dist
+import remote_payload
 env = {{k: os.environ.get(k) for k in {SAME + AGENT_ONLY + ("MASTER_ADDR", "MASTER_PORT")!r}}}
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
 out = dict(env=env, rank=dist.get_rank(), world=dist.get_world_size(), backend=dist.get_backend(), sum=t.item(),
-           cwd=os.path.basename(os.getcwd()), argv=sys.argv[1:])
+           cwd=os.path.basename(os.getcwd()), argv=sys.argv[1:],
+           payload=os.path.dirname(os.path.dirname(os.path.abspath(remote_payload.__file__))))
 dist.destroy_process_group()
 print("ENV " + json.dumps(out, sort_keys=True), flush=True)
 """
@@ -57,7 +59,8 @@ def env_of(orch: Orch, host: str, which: str) -> dict:
     log = (orch.job_dir(done["job_id"]) / "logs" / "node0.log").read_text()
     starting = next(line for line in log.splitlines() if line.startswith("[orch] starting: "))
     assert ("torch.distributed.run" in starting) == (which == "torchrun"), starting
-    return json.loads(next(line for line in log.splitlines() if line.startswith("ENV "))[4:])
+    got = json.loads(next(line for line in log.splitlines() if line.startswith("ENV "))[4:])
+    return dict(got, root=str(orch.job_dir(done["job_id"]).parent.parent))
 
 
 def is_loopback(address: str) -> bool:
@@ -69,6 +72,8 @@ def test_the_environment_contract_is_torchruns(orch: Orch, host: str) -> None:
     for got in (direct, torchrun):
         assert (got["rank"], got["world"], got["backend"], got["sum"]) == (0, 1, "gloo", 1.0)
         assert got["cwd"] == "code" and got["argv"] == ["a b"]
+        # the job imports the payload this host was sent, never an orch installed beside it
+        assert Path(got["payload"]).parent == Path(got["root"]) / "payload", (got["payload"], got["root"])
         assert is_loopback(got["env"]["MASTER_ADDR"]) and int(got["env"]["MASTER_PORT"]) > 0
     assert {k: direct["env"][k] for k in SAME} == {k: torchrun["env"][k] for k in SAME}
     assert direct["env"]["RANK"] == "0" and direct["env"]["WORLD_SIZE"] == "1" and direct["env"]["ROLE_NAME"] == "default"

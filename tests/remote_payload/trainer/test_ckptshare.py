@@ -1,4 +1,4 @@
-"""ckptshare (the checkpoint fan-out of a multi-node resume): the plan and the checks as pure
+"""fanout (the checkpoint fan-out of a multi-node resume): the plan and the checks as pure
 functions, then the transfer itself under real torchrun and gloo, with 4 processes whose job
 folders stand for three filesystems (the 2-node job through orch: tests/e2e/multinode/test_multinode_resume.py)."""
 
@@ -9,17 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from remote_payload.trainer import fanout as ckptshare
+from remote_payload.trainer import fanout
 from remote_payload.trainer.checkpoint import COMPLETE
 from tests.support.trainer import REPO, trainer_env
 
 DRIVER = """\
 import json, logging, os, sys
 from pathlib import Path
-from remote_payload import ckptshare, distributed
-from remote_payload.config import TrainSetupError
+from remote_payload.contract.train_config import TrainSetupError
+from remote_payload.trainer import distributed, fanout
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-ckptshare.CHUNK_BYTES = 1000  # several chunks per file
+fanout.CHUNK_BYTES = 1000  # several chunks per file
 base, layout = Path(sys.argv[1]), json.loads(sys.argv[2])
 info = distributed.setup()
 try:
@@ -27,7 +27,7 @@ try:
     results = []
     for _ in range(2):  # the second call finds the step everywhere: nothing to send
         try:
-            ckpt = ckptshare.share_latest(out, info)
+            ckpt = fanout.share_latest(out, info)
             results.append(ckpt and ckpt.name)
         except TrainSetupError as exc:
             results.append(f"error: {exc}")
@@ -64,27 +64,27 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 
 def test_plan_takes_the_newest_step_and_one_writer_per_filesystem_lacking_it() -> None:
-    assert ckptshare.plan([None, None], [0, 0]) is None
+    assert fanout.plan([None, None], [0, 0]) is None
     # ranks 0,1 share a folder without checkpoints; rank 2 wrote step 8; rank 3 has only step 4
-    p = ckptshare.plan([None, None, 8, 4], [0, 0, 2, 3])
+    p = fanout.plan([None, None, 8, 4], [0, 0, 2, 3])
     assert (p.step, p.source, p.writers, p.members) == (8, 2, (0, 3), [0, 2, 3])
     # the newest on two folders: the lowest rank sends; a folder that has it gets nothing
-    p = ckptshare.plan([8, 8, None, 8], [0, 0, 2, 3])
+    p = fanout.plan([8, 8, None, 8], [0, 0, 2, 3])
     assert (p.source, p.writers) == (0, (2,))
-    assert ckptshare.plan([8, 8], [0, 0]).writers == ()
+    assert fanout.plan([8, 8], [0, 0]).writers == ()
 
 
 def test_listing_and_verify_catch_a_missing_short_or_altered_file(tmp_path: Path) -> None:
     folder = make_checkpoint(tmp_path, 3, bytes(range(256)) * 10)
-    entries = ckptshare.listing(folder)
+    entries = fanout.listing(folder)
     assert [e.name for e in entries] == ["empty.json", "model.safetensors", "sub/rng.pt"]  # COMPLETE is not listed
-    assert ckptshare.verify(folder, entries) == []
+    assert fanout.verify(folder, entries) == []
     (folder / "model.safetensors").write_bytes(b"x" + bytes(range(256)) * 10)
     (folder / "sub" / "rng.pt").write_bytes(b"y" * 1500)
     (folder / "empty.json").unlink()
-    assert ckptshare.verify(folder, entries) == ["empty.json: missing", "model.safetensors: 2561 bytes, expected 2560",
+    assert fanout.verify(folder, entries) == ["empty.json: missing", "model.safetensors: 2561 bytes, expected 2560",
                                                  "sub/rng.pt: sha256 differs"]
-    assert not ckptshare.safe_name("../x") and not ckptshare.safe_name("/etc/x") and ckptshare.safe_name("a/b.pt")
+    assert not fanout.safe_name("../x") and not fanout.safe_name("/etc/x") and fanout.safe_name("a/b.pt")
 
 
 def test_the_newest_checkpoint_reaches_every_filesystem_verified(tmp_path: Path) -> None:

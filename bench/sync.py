@@ -29,7 +29,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host
 from orchestrator.sync import record as synccache
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.sync.send import sync
 
 N_SMALL, SMALL_SIZE, BIG_SIZE, SEED = 2000, 10 << 10, 50_000_000, 20240601
@@ -57,7 +57,7 @@ def orch_sync(host: Host, ws: Path) -> dict[str, float]:
         counted = Counted(transport)
         t1 = time.perf_counter()
         remote = Remote(host, transport)
-        hello = synccache.hello(remote, syncmod.project_name(ws))
+        hello = synccache.hello(remote, selection.project_name(ws))
         t2 = time.perf_counter()
         sync(remote, ws, [], hello["sync"])
         t3 = time.perf_counter()
@@ -75,7 +75,7 @@ def rsync(port: int, key: Path, ws: Path, dest: Path) -> float:
 
 def forget_sync(root: Path, ws: Path) -> None:
     """Make the next orch sync a first sync (the payload stays installed)."""
-    project = syncmod.project_name(ws)
+    project = selection.project_name(ws)
     shutil.rmtree(root / "workspace" / project, ignore_errors=True)
     (root / "state" / f"sync-{project}.json").unlink(missing_ok=True)
 

@@ -1,7 +1,7 @@
 """Open the right transport for a host and pin new host keys in the inventory.
 
 An SSH host with a pinned host key goes through its connection holder when one is running
-(``transport/held.py``; docs/connections.md); otherwise it connects directly and starts a
+(``orchestrator/holder/client.py``; docs/connections.md); otherwise it connects directly and starts a
 holder in the background for the next command. ``ORCH_HOLD=0`` turns holders off.
 """
 

@@ -44,7 +44,7 @@ class FetchSummary:
     unselected: list[Entry] = field(default_factory=list)
     ended: bool = True
     states: list[str] = field(default_factory=list)  # each node's job state, as its manifest said
-    checkpoints: dict[str, set[str]] = field(default_factory=dict)  # fetchstate.CheckpointFolders.listed
+    checkpoints: dict[str, set[str]] = field(default_factory=dict)  # verified.CheckpointFolders.listed
     committed: list[str] = field(default_factory=list)  # checkpoint folders renamed into place
 
 
@@ -62,7 +62,7 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     it (outputs come from whichever node holds torch's rank 0; each node's logs have their
     own names). The destination is marked as orch's (``runs.MARKER``), so it is never synced
     back. The summary says what was not selected, for ``describe_unselected``. A checkpoint
-    folder lands whole (``fetchstate.CheckpointFolders``). ``remotes``: open connections to
+    folder lands whole (``verified.CheckpointFolders``). ``remotes``: open connections to
     the nodes, in host order, used instead of new ones; ``tell=False`` leaves the ``fetched``
     request to the caller (``orch fetch --watch``, watch.py)."""
     dest = runs.run_dir(dest_parent, record.job_id)

@@ -3,19 +3,19 @@
 A watch is a loop of *rounds*, one every ``interval`` seconds. A round connects to every node
 of the job, runs the same fetch as ``orch fetch`` (same destination ``DEST/<job_id>/``, same
 selection, plus ``checkpoints/`` unless told otherwise), prunes local checkpoint folders the
-server no longer lists (unless ``keep_checkpoints``), and calls ``movekit.keep`` with the
+server no longer lists (unless ``keep_checkpoints``), and calls ``kit.keep`` with the
 round's connections. Contracts:
 
 * nothing half-made under a final name: single files keep fetch's ``.part`` + sha256 + rename
   rule; a checkpoint folder is completed in a hidden sibling and renamed into place whole
-  (``fetchstate.CheckpointFolders``);
+  (``verified.CheckpointFolders``);
 * a failing round (``HostError``/``RemoteError``: a dropped link, a server asleep, the laptop
   just woken) never ends the watch: it is retried with a bounded backoff, and one
   "link lost … retrying" / "link back" pair is said per outage; a long pause between rounds
   (the laptop slept) is just a late round;
-* a round with nothing new moves no file data and reads no local file again (fetchstate);
+* a round with nothing new moves no file data and reads no local file again (``verified.py``);
 * the watch ends by itself after the first successful round that sees every node's job
-  settled (``protocol.SETTLED``): that round was the final fetch; the job's status is then
+  settled (``contract.protocol.SETTLED``): that round was the final fetch; the job's status is then
   asked once (and recorded), and is what ``run`` returns.
 
 ``alongside`` runs the rounds in a background thread while ``orch submit --follow`` streams
@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 from orchestrator.access.connect import open_transport
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
-from orchestrator.fetch import kit as movekit
+from orchestrator.fetch import kit
 from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
@@ -138,7 +138,7 @@ class Watch:
                     self.say(f"removed {folder}: the server no longer keeps it (--keep-checkpoints keeps all)")
             settled = bool(summary.states) and all(s in SETTLED for s in summary.states)
             status = self._status(remotes) if settled else None
-            movekit.keep(remotes, self.record.job_id, summary.dest, self.say)
+            kit.keep(remotes, self.record.job_id, summary.dest, self.say)
             if summary.ended:
                 self._tell(remotes, summary.dest)
         return status

@@ -1,13 +1,13 @@
 """The connection holder: one warm SSH connection per host, like OpenSSH's ControlPersist.
 
-``holdspawn.spawn`` starts ``main`` in the background (detached, its output in a log file)
-after a command connected directly; later commands reach it through ``transport/held.py`` and
+``spawn.spawn`` starts ``main`` in the background (detached, its output in a log file)
+after a command connected directly; later commands reach it through ``client.py`` and
 skip TCP, the SSH handshake and authentication. The holder connects with the pinned host key
 only (``trust=never``), serves each client connection as one exec channel on a thread of its
-own (``holdexec``), and keeps a few started spares for argv lists asked for ``warm`` (their
+own (``commands.py``), and keeps a few started spares for argv lists asked for ``warm`` (their
 output buffered, none lost). It exits when idle for ``ORCH_HOLD_IDLE_S`` (default 600 s) with
 no client, when its SSH connection dies, when its socket is removed or replaced or ORCH_HOME is
-gone, on SIGTERM/SIGINT, and on ``holdspawn.stop_holders``; it removes its socket only while
+gone, on SIGTERM/SIGINT, and on ``spawn.stop_holders``; it removes its socket only while
 the socket is its own. A second holder for the same place (two CLIs spawning at once) loses
 the lock and exits quietly.
 """
@@ -195,7 +195,7 @@ def _logging(path: Path) -> None:
 
 
 def main() -> None:
-    """The holder process (``holdspawn.spawn``): the host comes in ``ORCH_HOLD_HOST``."""
+    """The holder process (``spawn.spawn``): the host comes in ``ORCH_HOLD_HOST``."""
     os.umask(0o077)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     raw, version = os.environ.pop("ORCH_HOLD_HOST", None), os.environ.pop("ORCH_HOLD_VERSION", None)

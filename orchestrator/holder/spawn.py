@@ -19,6 +19,8 @@ from orchestrator.holder.wire import ask, holder_folders, lock_free, place
 from orchestrator.home import orch_home
 from orchestrator.hosts.inventory import Host
 
+ORCH_SOURCE = Path(__file__).resolve().parents[2]  # holds the orch this CLI runs: a holder imports that one
+
 
 def spawn(host: Host) -> None:
     """Start a holder for ``host`` in the background, detached from this terminal; nothing
@@ -27,7 +29,7 @@ def spawn(host: Host) -> None:
         where = place(host)
         if where is None or not lock_free(where.lock):
             return
-        src = str(Path(__file__).resolve().parents[2])  # the orch this CLI runs, not another install
+        src = str(ORCH_SOURCE)
         code = f"import sys; p = {src!r}; p in sys.path or sys.path.insert(0, p); import orchestrator.holder.daemon as h; h.main()"
         env = {**os.environ, "ORCH_HOME": str(orch_home().resolve()), "ORCH_HOLD_HOST": host.model_dump_json(),
                "ORCH_HOLD_VERSION": __version__}

@@ -30,7 +30,7 @@ from orchestrator.spec.load import LoadedSpec, parse_spec
 from orchestrator.state import runs
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync import record as synccache
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
 from orchestrator.testhooks import pause
 
@@ -127,10 +127,10 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     slurmplan.check_hosts(loaded, hosts)
     workspace = loaded.workspace_dir
-    skipped = syncmod.Skipped()
-    files = syncmod.select_files(workspace, spec.workspace.exclude, skipped)
-    warnings = syncmod.warnings_for(files, skipped)
-    project = syncmod.project_name(workspace)
+    skipped = selection.Skipped()
+    files = selection.select_files(workspace, spec.workspace.exclude, skipped)
+    warnings = selection.warnings_for(files, skipped)
+    project = selection.project_name(workspace)
     if dry_run:
         say(f"would sync {len(files)} file(s), {sum(f.size for f in files.values()) / 2**20:.1f} MB from {workspace}; "
             + ("never synced (written by orch fetch/plot): " + runs.describe(skipped.orch_dirs) if skipped.orch_dirs else
@@ -163,8 +163,8 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
 
 
 def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: LoadedSpec,
-               files: dict[str, syncmod.LocalFile], project: str, force: bool, pull_remote_edits: bool,
-               say: Say) -> list[syncmod.SyncPlan]:
+               files: dict[str, selection.LocalFile], project: str, force: bool, pull_remote_edits: bool,
+               say: Say) -> list[selection.SyncPlan]:
     """What to send each host (``sync.plan_sync``), saying so; with ``pull_remote_edits`` the
     files edited on a host come back to the workspace first. Sends nothing."""
     workspace, exclude = loaded.workspace_dir, loaded.spec.workspace.exclude
@@ -176,10 +176,10 @@ def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: Load
                 say(f"{remote.host.name}: bringing back {len(edited)} file(s) edited there: {', '.join(edited[:10])}")
                 pulled.update(transfer.pull(remote, project, workspace, edited))
         if pulled:
-            files = syncmod.select_files(workspace, exclude)
+            files = selection.select_files(workspace, exclude)
     for remote, hello in zip(remotes, hellos):
         say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
-    sync_plans = [syncmod.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
+    sync_plans = [selection.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
     for remote, sp in zip(remotes, sync_plans):
         say(f"{remote.host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
             f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
@@ -228,7 +228,7 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         loaded = parse_spec(shown["spec_text"], Path(record.spec_path))
         hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
-        project = syncmod.project_name(loaded.workspace_dir)
+        project = selection.project_name(loaded.workspace_dir)
         hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
         job_id = make_job_id(loaded.spec.name, datetime.now(), os.urandom(8))
         plan, warnings = checked_plan(loaded, project, remotes, hellos, job_id)

@@ -1,6 +1,6 @@
 """``orch resume JOB --on HOST``: continue a job on other hosts from its latest complete checkpoint.
 
-The job keeps its id. What moves is ``movekit.gather``'s set (the code snapshot, the recorded
+The job keeps its id. What moves is ``orchestrator/fetch/kit.py``'s ``gather`` set (the code snapshot, the recorded
 spec, the latest complete checkpoint, metrics, logs, outputs), read from the job's own hosts
 or, when they cannot be reached, from the laptop's kit (``runs/<id>/.orch-job``, kept by
 ``orch fetch --watch``). Bytes stream through the laptop from the source's ``send`` into the
@@ -32,7 +32,7 @@ from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan
 from orchestrator.spec.load import parse_spec
 from orchestrator.state.registry import JobRecord, Registry
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import ACTIVE
 
@@ -221,7 +221,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
         loaded = parse_spec(source.spec_text(), Path(record.spec_path))
         slurmplan.check_hosts(loaded, targets)
         remotes = connect_all(targets, inventory, trust, stack)
-        project = syncmod.project_name(loaded.workspace_dir)
+        project = selection.project_name(loaded.workspace_dir)
         hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
         plan, warnings = checked_plan(loaded, project, remotes, hellos, record.job_id)
         warnings += [f"the job reads {o.get('field')} from {o.get('path')} outside its folder: a move cannot carry it; "

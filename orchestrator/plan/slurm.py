@@ -3,7 +3,7 @@
 The job is one Slurm job of ``launch.nnodes`` nodes. Its batch script (``batch``) execs
 orch's supervisor on the first node; the supervisor runs each node's ``argv`` there through
 one srun step (``remote_payload/supervisor/allocation.py``). ``argv`` is torchrun with a c10d rendezvous
-whose endpoint is left as ``slurmrun.RDZV`` (the first node is known only in the allocation),
+whose endpoint is left as ``contract.slurm.RDZV`` (the first node is known only in the allocation),
 ``--standalone`` on one node, or the job's one process itself (``direct``).
 
 GPUs per node (``--gres=gpu:N``): ``launch.slurm.gpus_per_node`` when given; else

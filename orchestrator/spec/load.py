@@ -130,7 +130,7 @@ def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
 def format_errors(exc: ValidationError, data: Any, marks: Marks, where: str) -> str:
     """One line per wrong field: ``file:line:col: field.path: message (did you mean 'x'?)``.
 
-    Messages say what is allowed in plain words (``specerrors.plain_message``), never the
+    Messages say what is allowed in plain words (``messages.plain_message``), never the
     validator's internals; the errors pydantic reports for each member of a union collapse
     into one line for the field.
     """

@@ -2,7 +2,7 @@
 
 Only used when the job's host is a Slurm login node (``orch hosts add --scheduler slurm``);
 on an SSH box the section is ignored with a warning. Values are checked here with the same
-rules the server's batch-script writer applies (``remote_payload.slurm.clients``), so a typo is exit 2
+rules the server's batch-script writer applies (``remote_payload.contract.slurm``), so a typo is exit 2
 with file:line before anything connects.
 """
 

@@ -29,7 +29,7 @@ from orchestrator.plan.build import Plan, make_job_id
 from orchestrator.state.registry import SUBMITTING, Registry, SweepEntry
 from orchestrator.sweep.expand import Combination
 from orchestrator.sync import record as synccache
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
 from orchestrator.testhooks import pause
 
@@ -89,10 +89,10 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
         return [jobs[c.index] for c in combos]
     pool = [hosts[n] for n in dict.fromkeys(c.host for c in todo)]
     workspace = first.workspace_dir
-    skipped = syncmod.Skipped()
-    files = syncmod.select_files(workspace, first.spec.workspace.exclude, skipped)
-    warnings = syncmod.warnings_for(files, skipped)
-    project = syncmod.project_name(workspace)
+    skipped = selection.Skipped()
+    files = selection.select_files(workspace, first.spec.workspace.exclude, skipped)
+    warnings = selection.warnings_for(files, skipped)
+    project = selection.project_name(workspace)
     say(f"sweep {name}: {len(todo)} job(s) on " + ", ".join(f"{h.name} ({h.target})" for h in pool))
     with ExitStack() as stack:
         remotes = dict(zip((h.name for h in pool), connect_all(pool, inventory, trust, stack)))

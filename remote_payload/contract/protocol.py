@@ -95,7 +95,7 @@ class Request(NamedTuple):
 OPT = None  # an optional reply field: checked when present
 NONE = type(None)
 MAYBE_NUMBER = (int, float, NONE)
-JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobstate.read_status), plus probe's fields
+JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobdir/status.py: read_status), plus probe's fields
     "state": (str, REQUIRED), "job_id": (str, OPT), "reason": ((str, NONE), OPT), "metrics": (dict, OPT),
     "exit_code": ((int, NONE), OPT), "node_rank": (int, OPT), "unsupervised": (bool, OPT),
     "survivors": (int, OPT), "attempt": (int, OPT), "heartbeat": (MAYBE_NUMBER, OPT),

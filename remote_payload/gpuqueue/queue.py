@@ -20,7 +20,7 @@ Contract:
   entry holds. An entry is live while its pid runs that job's supervisor in this boot; a pass
   removes any other (a killed supervisor's GPUs are free again at its next pass).
 - GPUs busy with processes orch does not account for (another user's run: compute processes
-  that nvidia-smi lists, or more than ``gpuinventory.BUSY_MIB`` of memory in use) are never
+  that nvidia-smi lists, or more than ``inventory.BUSY_MIB`` of memory in use) are never
   handed out.
 - Order: higher ``priority`` first, then FIFO by ``since`` (when the supervisor began to wait;
   ``orch resume`` queues again at the back). Strict: a job that does not fit now blocks every

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from remote_payload.contract.jobfolder import CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
 from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
 from remote_payload.helper import workspace
-from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir import processes
 from remote_payload.jobdir import record as repro
 from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
 from remote_payload.jobdir.processes import boot_id, pid_alive
@@ -219,7 +219,7 @@ class Agent:
             pgid = int(st.get("pgid") or 0)
             if pgid > 0:
                 kill_group(pgid, grace)
-            proctree.stop([(int(p[0]), int(p[1])) for p in st.get("procs") or []], grace)
+            processes.stop([(int(p[0]), int(p[1])) for p in st.get("procs") or []], grace)
             status = read_json(os.path.join(d, "status.json")) or {"job_id": job_id}
             status.update(state="cancelled", reason="cancelled (supervisor was gone)", ended=time.time())
             manifest_path = os.path.join(d, "manifest.json")
@@ -238,7 +238,7 @@ class Agent:
         if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
             d = self.job_dir(job_id)
             grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
-            proctree.stop(survivors_of(st), grace)
+            processes.stop(survivors_of(st), grace)
             if survivors_of(st):
                 raise AgentError("job %s: processes of the earlier attempt do not stop; not resumed" % job_id)
             st = self.probe(job_id)

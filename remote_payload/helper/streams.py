@@ -96,7 +96,7 @@ def follow(path: str, offset: int, out: IO[bytes], finished: Callable[[], bool],
 
 def final_status(path: str) -> bytes:
     """The terminal status of the job whose log is ``path``, as ``agent status`` reports it
-    (status.json read typed and bounded by ``jobstate.read_status``, with the newest metrics
+    (status.json read typed and bounded by ``jobdir/status.py``'s ``read_status``, with the newest metrics
     row); b'' when it is not terminal (the laptop then asks) or its JSON is over ``MAX_FINAL``."""
     job_dir = os.path.dirname(os.path.dirname(path))
     try:

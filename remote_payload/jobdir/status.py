@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import read_json
 from remote_payload.contract.protocol import ACTIVE, JOB_STATUS, TERMINAL, is_a
-from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir import processes
 from remote_payload.jobdir.processes import group_alive
 
 MAX_STATUS_BYTES = 1 << 20
@@ -55,7 +55,7 @@ def read_status(path: str) -> Optional[Dict[str, Any]]:
     return out
 
 
-def survivors_of(st: Dict[str, Any]) -> List["proctree.Proc"]:
+def survivors_of(st: Dict[str, Any]) -> List["processes.Proc"]:
     """The processes of the job's tree as the supervisor last recorded it that still run."""
     recorded = []
     for item in st.get("procs") or []:
@@ -63,7 +63,7 @@ def survivors_of(st: Dict[str, Any]) -> List["proctree.Proc"]:
             recorded.append((int(item[0]), int(item[1])))
         except (TypeError, ValueError, IndexError):
             continue
-    return proctree.alive(recorded)
+    return processes.alive(recorded)
 
 
 def kill_group(pgid: int, grace: float) -> None:

@@ -8,7 +8,7 @@ adds its public half to the source's authorized_keys for the copy, and removes i
 source's host key as pinned on the laptop as the only known host (``StrictHostKeyChecking``),
 and the source's helper command as the laptop built it (quoted in orch's one place); it asks
 that helper for ``send`` (protocol frames) and writes the stream into the staging folder
-through ``movejob.receive`` — the same verified, resumable write as a copy through the laptop.
+through ``move/job.py``'s ``receive`` — the same verified, resumable write as a copy through the laptop.
 The key files are deleted when ``pull`` ends, whatever happened.
 """
 

@@ -43,12 +43,17 @@ if __name__ == "__main__":  # run as a script: imports start at the payload fold
 from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
-from remote_payload.jobdir import processes as proctree  # noqa: E402
+from remote_payload.jobdir import processes  # noqa: E402
 from remote_payload.jobdir import record as repro  # noqa: E402
 from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
-from remote_payload.supervisor import allocation as slurmrun  # noqa: E402
-from remote_payload.supervisor import failure, metricswatch, onfinish, webhook  # noqa: E402
+from remote_payload.supervisor import (  # noqa: E402
+    allocation,  # noqa: E402
+    failure,
+    metricswatch,
+    onfinish,
+    webhook,
+)
 from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
 
 RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
@@ -118,22 +123,22 @@ class Supervisor:
         """SIGTERM, then SIGKILL after ``grace``. In a Slurm allocation the job's processes are
         not this tree's (slurmstepd starts them): they get SIGTERM through Slurm first, and srun
         is stopped only if they outlive ``grace``."""
-        if self.slurm and slurmrun.stop_steps(self.job):
+        if self.slurm and allocation.stop_steps(self.job):
             deadline = time.time() + grace
             while self.child is not None and self.child.poll() is None and time.time() < deadline:
                 time.sleep(0.1)
-        proctree.stop(self.job_procs(), grace)
+        processes.stop(self.job_procs(), grace)
 
-    def job_procs(self) -> List[proctree.Proc]:
+    def job_procs(self) -> List[processes.Proc]:
         """The job's process tree: every descendant of this supervisor (orphaned workers
         re-parent here) except the environment recorder's helper processes."""
         if self.recorder is None:
-            return proctree.descendants(os.getpid())
+            return processes.descendants(os.getpid())
         with self.recorder.helpers.lock:  # no helper starts between the two looks
-            procs = proctree.descendants(os.getpid())
+            procs = processes.descendants(os.getpid())
             helpers = set(self.recorder.helpers.pids)
         for pid in list(helpers):
-            helpers.update(p for p, _ in proctree.descendants(pid))
+            helpers.update(p for p, _ in processes.descendants(pid))
         return [p for p in procs if p[0] not in helpers]
 
     # -- steps -------------------------------------------------------------------------
@@ -169,7 +174,7 @@ class Supervisor:
         if started is not None:
             started()
         code = self.child.wait()
-        proctree.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
+        processes.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
         return code
 
     def setup(self, env: Dict[str, str]) -> int:
@@ -226,7 +231,7 @@ class Supervisor:
             self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
 
     def main(self) -> int:
-        proctree.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
+        processes.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if self.slurm:
@@ -250,15 +255,15 @@ class Supervisor:
             self.update(state="running")
             if self.node.get("direct"):
                 env = direct_env(env, free_port())
-            argv = slurmrun.step_argv(self.job, self.job_dir, self.node["argv"]) if self.slurm else self.node["argv"]
+            argv = allocation.step_argv(self.job, self.job_dir, self.node["argv"]) if self.slurm else self.node["argv"]
             self.say("starting: %s" % shlex.join(argv))
             watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
             code = self.run_step(list(argv), env, started=self.start_background)
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
             self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
-        if self.cancelled.is_set() and self.slurm and not slurmrun.cancel_requested(self.job_dir):
-            state, why = slurmrun.ended_by_slurm(self.job)
+        if self.cancelled.is_set() and self.slurm and not allocation.cancel_requested(self.job_dir):
+            state, why = allocation.ended_by_slurm(self.job)
             self.finish(state, code, why)
         elif self.cancelled.is_set():
             self.finish("cancelled", code, "cancelled by SIGTERM")
@@ -266,13 +271,13 @@ class Supervisor:
             self.finish("succeeded", 0, None)
         elif self.warned.is_set():
             if self.job["slurm"]["resources"].get("requeue"):
-                self.update(state="pending", exit_code=code, reason=slurmrun.warned_reason(self.job, True))
-                problem = slurmrun.requeue(self.job)
+                self.update(state="pending", exit_code=code, reason=allocation.warned_reason(self.job, True))
+                problem = allocation.requeue(self.job)
                 if problem is None:
                     return 0  # Slurm ends this run of the batch script and starts the job again
-                self.finish("failed", code, "%s; %s" % (slurmrun.warned_reason(self.job, False), problem))
+                self.finish("failed", code, "%s; %s" % (allocation.warned_reason(self.job, False), problem))
             else:
-                self.finish("failed", code, slurmrun.warned_reason(self.job, False))
+                self.finish("failed", code, allocation.warned_reason(self.job, False))
         else:
             self.finish("failed", code, self.failure_reason(code))
         onfinish.after_end(self.job_dir, self.job, int(self.status["attempt"]), self.recorder, self.manifest_written,

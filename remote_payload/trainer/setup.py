@@ -30,8 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from remote_payload.contract import precision as rules
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
-from remote_payload.trainer import checkpoint, data, distributed, fsdp, precision, quantize
-from remote_payload.trainer import fanout as ckptshare
+from remote_payload.trainer import checkpoint, data, distributed, fanout, fsdp, precision, quantize
 from remote_payload.trainer import model as modeling
 
 log = logging.getLogger("remote_payload.train")
@@ -131,9 +130,9 @@ def load_data(cfg: TrainConfig, info: distributed.DistInfo, tokenizer: object,
 
 def agreed_checkpoint(out: Path, info: distributed.DistInfo) -> Path | None:
     """The newest complete checkpoint of any rank, made complete on every rank's filesystem first
-    (only rank 0 writes them, on its node: `ckptshare.share_latest` fans it out); None: start fresh.
+    (only rank 0 writes them, on its node: `fanout.share_latest` fans it out); None: start fresh.
     Raises `TrainSetupError` if a transfer fails, or if ranks still see different latest checkpoints."""
-    ckpt = ckptshare.share_latest(out, info)
+    ckpt = fanout.share_latest(out, info)
     latest = checkpoint.latest_checkpoint(out)
     seen = {str(c) for c in distributed.all_gather_object(info, latest and latest.name)}
     if seen != {str(ckpt and ckpt.name)}:  # the same decision on every rank

@@ -20,7 +20,7 @@ from unittest.mock import patch
 from orchestrator.helper.remote import Remote
 from orchestrator.holder.spawn import stop_holders as _stop_holders
 from orchestrator.sync import record as synccache
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.sync.send import sync
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ class Orch:
     def server_workspace(self, ws: Path, root: Path | None = None) -> Path:
         """Where this laptop's checkout ``ws`` lives on a host whose root is ``root``."""
         with patch.dict(os.environ, {"ORCH_HOME": str(self.home)}):
-            return (root or self.remote_root) / "workspace" / syncmod.project_name(ws)
+            return (root or self.remote_root) / "workspace" / selection.project_name(ws)
 
 
 def exact_workspace(cwd: Path, assets: Path) -> Path:
@@ -104,7 +104,7 @@ def write_job(dir: Path, name: str, host: str, command: list[str], extra: str = 
 
 
 def run_sync(remote: Remote, ws: Path, exclude: list[str] | None = None, force: bool = False):
-    state = synccache.hello(remote, syncmod.project_name(ws))["sync"]
+    state = synccache.hello(remote, selection.project_name(ws))["sync"]
     return sync(remote, ws, exclude or [], state, force)
 
 

@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir import processes
 from remote_payload.jobdir.processes import group_alive
 from tests.support.orch import Orch, write_job
 
@@ -94,7 +94,7 @@ def test_cancel_stops_the_process_group(orch: Orch, host: str) -> None:
     assert orch("cancel", job, "--grace", "5").stdout.strip().endswith("cancelled")
     assert orch.json("status", job)["state"] == "cancelled"
     assert_group_gone(running["pgid"])
-    assert proctree.alive(workers) == []
+    assert processes.alive(workers) == []
 
 
 def test_killed_supervisor_is_unsupervised_while_its_processes_run_then_lost(orch: Orch, host: str) -> None:
@@ -105,14 +105,14 @@ def test_killed_supervisor_is_unsupervised_while_its_processes_run_then_lost(orc
     time.sleep(0.3)
     orphaned = orch.json("status", job)
     assert orphaned["state"] == "running" and orphaned["unsupervised"] and "supervisor" in orphaned["reason"]
-    for pid, _ in proctree.alive([tuple(p) for p in status["procs"]]):
+    for pid, _ in processes.alive([tuple(p) for p in status["procs"]]):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.3)
     lost = orch.json("status", job)
     assert lost["state"] == "lost" and "supervisor" in lost["reason"]
     orch("cancel", job, "--grace", "2")
     assert_group_gone(status["pgid"])
-    assert proctree.alive([tuple(p) for p in status["procs"]]) == []
+    assert processes.alive([tuple(p) for p in status["procs"]]) == []
 
 
 def test_job_survives_the_submitting_connection(orch: Orch, box: str) -> None:

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from remote_payload.jobdir import processes as proctree
+from remote_payload.jobdir import processes
 from tests.support.orch import TICKER, Orch, write_job
 
 
@@ -28,7 +28,7 @@ def start_ticker(orch: Orch, host: str, name: str, ticks: int) -> tuple[str, dic
 
 
 def alive_procs(status: dict) -> list:
-    return proctree.alive([(int(p), int(t)) for p, t in status.get("procs") or []])
+    return processes.alive([(int(p), int(t)) for p, t in status.get("procs") or []])
 
 
 def test_a_job_whose_supervisor_died_is_running_unsupervised_and_resume_runs_one_copy(orch: Orch, host: str) -> None:
@@ -42,7 +42,7 @@ def test_a_job_whose_supervisor_died_is_running_unsupervised_and_resume_runs_one
     survivors = alive_procs(status)
     assert survivors
     orch("resume", job)
-    assert proctree.alive(survivors) == []  # the first attempt was stopped and waited for ...
+    assert processes.alive(survivors) == []  # the first attempt was stopped and waited for ...
     outputs = orch.job_dir(job) / "outputs"
     assert (outputs / "checkpoint-1").exists()  # ... after its SIGTERM, so it could checkpoint
     deadline = time.time() + 60
@@ -64,7 +64,7 @@ def test_cancel_stops_the_processes_of_a_job_whose_supervisor_died(orch: Orch, h
     assert survivors
     out = orch("cancel", job, "--grace", "10")
     assert out.stdout.strip().endswith("cancelled")
-    assert proctree.alive(survivors) == []
+    assert processes.alive(survivors) == []
     assert orch.json("status", job)["state"] == "cancelled"
     ended = orch.json("status", job)
     assert json.dumps(ended).count("unsupervised") == 0

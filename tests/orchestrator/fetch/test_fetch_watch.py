@@ -153,11 +153,11 @@ def release_each_step(orch: Orch, job: str, local: Path, steps: int = 3) -> None
 def assert_final_fetch_equals_a_plain_fetch(orch: Orch, job: str) -> None:
     """A plain fetch after the watch moves nothing, and the laptop's copy is the server's
     selection (checkpoints included), no hidden folder or .part left (the move kit,
-    ``.orch-job/``, is movekit's and not compared here)."""
+    ``.orch-job/``, is kit.py's and not compared here)."""
     again = orch("fetch", job, "--checkpoints")
     assert ": 0 fetched (0.0 MB)" in again.stdout, again.stdout
     local = {k: v for k, v in digest_tree(orch.cwd / "runs" / job).items()
-             if k != ".orch-run" and not k.startswith(".orch-job/")}  # the move kit: movekit.py's own
+             if k != ".orch-run" and not k.startswith(".orch-job/")}  # the move kit: kit.py's own
     server = digest_tree(orch.job_dir(job))
     selected = {k: v for k, v in server.items()
                 if k.startswith(("checkpoints/", "logs/", "outputs/")) or k == "metrics.jsonl"}

@@ -23,6 +23,7 @@ import pytest
 
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError
+from orchestrator.holder import spawn
 from orchestrator.holder.client import HeldTransport
 from orchestrator.holder.spawn import running, stop_holders
 from orchestrator.hosts.inventory import Host
@@ -340,3 +341,7 @@ def test_garbled_clients_are_dropped_and_the_holder_keeps_serving(held_host: Hos
     with open_transport(held_host, None, lambda fp: False) as transport:
         assert isinstance(transport, HeldTransport)
         assert transport.run(["echo", "still here"]).stdout == b"still here\n"
+
+
+def test_a_holder_imports_the_orch_that_started_it() -> None:
+    assert (spawn.ORCH_SOURCE / "orchestrator" / "holder" / "spawn.py").samefile(spawn.__file__)

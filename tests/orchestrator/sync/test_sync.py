@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from tests.support.orch import run_sync, tree
 
 
@@ -35,14 +35,14 @@ def ws(tmp_path: Path) -> Path:
 
 
 def test_selection_follows_gitignore_orchignore_and_exclude(ws: Path) -> None:
-    chosen = set(syncmod.select_files(ws, ["data/keep.txt"]))
+    chosen = set(selection.select_files(ws, ["data/keep.txt"]))
     assert chosen == {".gitignore", ".orchignore", "src/pkg/a.py", "train.sh"}
 
 
 def test_first_sync_copies_the_selection_with_modes(remote: Remote, ws: Path, tmp_path: Path) -> None:
     plan, summary = run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws)
-    assert tree(dest) == {k: v for k, v in tree(ws).items() if k in set(syncmod.select_files(ws, []))}
+    dest = tmp_path / "remote" / "workspace" / selection.project_name(ws)
+    assert tree(dest) == {k: v for k, v in tree(ws).items() if k in set(selection.select_files(ws, []))}
     assert summary["written"] == len(plan.send) == 5
     assert os.stat(dest / "train.sh").st_mode & 0o777 == 0o755
     assert not list(dest.rglob(".orch-tmp-*")) and not (dest / ".git").exists()
@@ -58,12 +58,12 @@ def test_no_change_moves_no_data_and_one_change_moves_one_file(remote: Remote, w
     (ws / "src" / "pkg" / "a.py").write_text("a = 2\n")
     plan, summary = run_sync(remote, ws)
     assert plan.send == ["src/pkg/a.py"] and summary["written"] == 1
-    assert (tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "src" / "pkg" / "a.py").read_text() == "a = 2\n"
+    assert (tmp_path / "remote" / "workspace" / selection.project_name(ws) / "src" / "pkg" / "a.py").read_text() == "a = 2\n"
 
 
 def test_deletes_only_what_orch_synced(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws)
+    dest = tmp_path / "remote" / "workspace" / selection.project_name(ws)
     (dest / "made-on-server.txt").write_text("mine\n")
     (ws / "train.sh").unlink()
     plan, summary = run_sync(remote, ws)
@@ -73,7 +73,7 @@ def test_deletes_only_what_orch_synced(remote: Remote, ws: Path, tmp_path: Path)
 
 def test_files_edited_on_the_server_are_not_overwritten(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "src" / "pkg" / "a.py"
+    dest = tmp_path / "remote" / "workspace" / selection.project_name(ws) / "src" / "pkg" / "a.py"
     dest.write_text("edited in VSCode on the server\n")
     (ws / "src" / "pkg" / "a.py").write_text("a = 3\n")
     with pytest.raises(UsageError, match="changed on the server.*src/pkg/a.py"):
@@ -85,7 +85,7 @@ def test_files_edited_on_the_server_are_not_overwritten(remote: Remote, ws: Path
 
 def test_a_file_deleted_on_the_server_is_restored(remote: Remote, ws: Path, tmp_path: Path) -> None:
     run_sync(remote, ws)
-    dest = tmp_path / "remote" / "workspace" / syncmod.project_name(ws) / "train.sh"
+    dest = tmp_path / "remote" / "workspace" / selection.project_name(ws) / "train.sh"
     dest.unlink()
     plan, _ = run_sync(remote, ws)
     assert plan.send == ["train.sh"] and dest.read_text() == "#!/bin/sh\necho hi\n"
@@ -94,7 +94,7 @@ def test_a_file_deleted_on_the_server_is_restored(remote: Remote, ws: Path, tmp_
 def test_secrets_and_size_are_warned_about(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (".env", "server.pem", "id_ed25519"):
         (ws / name).write_text("secret")
-    monkeypatch.setattr(syncmod, "LARGE_WORKSPACE_BYTES", 10)
-    warnings = syncmod.warnings_for(syncmod.select_files(ws, []))
+    monkeypatch.setattr(selection, "LARGE_WORKSPACE_BYTES", 10)
+    warnings = selection.warnings_for(selection.select_files(ws, []))
     assert ".env" in warnings[0] and "server.pem" in warnings[0] and "id_ed25519" in warnings[0]
     assert "the workspace is" in warnings[1] and ".orchignore" in warnings[1]

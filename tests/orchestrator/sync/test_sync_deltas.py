@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.helper.remote import Remote
 from orchestrator.sync import record as synccache
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from tests.support.orch import run_sync, tree
 
 
@@ -23,13 +23,13 @@ def _ws(tmp_path: Path, n: int = 30) -> Path:
 
 
 def _server_record(remote: Remote, ws: Path) -> dict:
-    path = Path(remote.host.root) / "state" / f"sync-{syncmod.project_name(ws)}.json"
+    path = Path(remote.host.root) / "state" / f"sync-{selection.project_name(ws)}.json"
     return json.loads(path.read_text())
 
 
 def test_the_laptops_copy_is_the_servers_record_and_hello_leaves_it_out(remote: Remote, tmp_path: Path) -> None:
     ws = _ws(tmp_path)
-    project = syncmod.project_name(ws)
+    project = selection.project_name(ws)
     run_sync(remote, ws)
     record = _server_record(remote, ws)
     assert synccache.load(remote.host, project) == (record["generation"], record["files"])
@@ -53,7 +53,7 @@ def test_the_laptops_copy_is_the_servers_record_and_hello_leaves_it_out(remote: 
 
 def test_a_lost_or_stale_copy_falls_back_to_the_whole_record(remote: Remote, tmp_path: Path) -> None:
     ws = _ws(tmp_path)
-    project = syncmod.project_name(ws)
+    project = selection.project_name(ws)
     run_sync(remote, ws)
     synccache.store(remote.host, project, None, {})  # lost (a new ORCH_HOME, a cleaned cache)
     plan, _ = run_sync(remote, ws)
@@ -71,14 +71,14 @@ def test_a_sync_planned_from_an_older_record_still_lands_and_drops_the_copy(remo
     on the record the first left. Its changes apply to that record; the laptop's copy is
     dropped (its base is gone) and the next hello brings the whole record."""
     ws = _ws(tmp_path)
-    project = syncmod.project_name(ws)
+    project = selection.project_name(ws)
     run_sync(remote, ws)
     (ws / "src" / "m1.py").write_text("x = 'first'\n")
     (ws / "src" / "m2.py").write_text("x = 'second'\n")
     state = synccache.hello(remote, project)["sync"]
-    files = syncmod.select_files(ws, [])
-    first = syncmod.plan_sync(ws, files, state, False)
-    second = syncmod.plan_sync(ws, files, state, False)
+    files = selection.select_files(ws, [])
+    first = selection.plan_sync(ws, files, state, False)
+    second = selection.plan_sync(ws, files, state, False)
     from orchestrator.sync.send import send
 
     send(remote, project, ws, first)

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
-from orchestrator.sync import selection as syncmod
+from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
 from remote_payload.contract.jobfolder import sha256_file
 from tests.support.orch import REPO, run_sync
@@ -40,7 +40,7 @@ def laptop_view(ws: Path) -> dict[str, str]:
 
 
 def workspace_on(tmp_path: Path, ws: Path) -> Path:
-    return tmp_path / "remote" / "workspace" / syncmod.project_name(ws)
+    return tmp_path / "remote" / "workspace" / selection.project_name(ws)
 
 
 def make(ws: Path, files: dict[str, str]) -> None:
@@ -106,9 +106,9 @@ def test_a_file_rewritten_while_it_is_sent_is_sent_again_and_the_record_tells_th
         remote: Remote, tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     make(ws, {"a.txt": "first", "b.txt": "old b", "gone.txt": "soon deleted"})
-    project = syncmod.project_name(ws)
+    project = selection.project_name(ws)
     state = remote.call("hello", project=project)["sync"]
-    plan = syncmod.plan_sync(ws, syncmod.select_files(ws, []), state, False)
+    plan = selection.plan_sync(ws, selection.select_files(ws, []), state, False)
     assert plan.send == ["a.txt", "b.txt", "gone.txt"]
     (ws / "gone.txt").unlink()
     rewritten = []
@@ -136,16 +136,16 @@ def test_a_file_that_shrinks_mid_read_is_padded_not_a_broken_stream() -> None:
 def test_symlinks_to_folders_are_synced_as_links_and_outside_targets_are_named(tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     make(ws, {"src/a.py": "a", "lib": "-> src", "data": "-> /mnt/datasets/big"})
-    files = syncmod.select_files(ws, [])
+    files = selection.select_files(ws, [])
     assert files["lib"].link == "src" and files["data"].link == "/mnt/datasets/big" and "lib/a.py" not in files
-    warnings = syncmod.warnings_for(files, syncmod.Skipped())
+    warnings = selection.warnings_for(files, selection.Skipped())
     assert any("data -> /mnt/datasets/big" in w and "outside the workspace" in w for w in warnings)
 
 
 AS_USER = """
 import json, sys
 from pathlib import Path
-from orchestrator import sync
+from orchestrator.sync import selection as sync
 from orchestrator.errors import UsageError
 skipped = sync.Skipped()
 try:

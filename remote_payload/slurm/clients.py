@@ -163,11 +163,18 @@ def cancel(job_id: str, env: Env = None) -> None:
     _scancel([], job_id, env)
 
 
-def requeue(job_id: str, env: Env = None) -> None:
-    """``scontrol requeue``: back to pending (a job submitted with ``requeue``)."""
+def requeue(job_id: str, env: Env = None) -> bool:
+    """``scontrol requeue``: back to pending (a job submitted with ``requeue``). True when
+    scontrol said yes; False when a signal ended scontrol before it exited: asked from inside
+    the job's own allocation, the requeue ends that run at once and Slurm's SIGTERM to the run's
+    processes may reach scontrol first, so whether it took is not known. SlurmError when Slurm
+    refused (scontrol exits non-zero with its complaint)."""
     rc, out, err = _run(["scontrol", "requeue", _job_id(job_id)], env)
+    if rc < 0:
+        return False
     if rc != 0:
         raise SlurmError("scontrol requeue %s: %s" % (job_id, _said(err, rc)))
+    return True
 
 
 def cluster_facts(env: Env = None) -> Dict[str, Any]:

@@ -80,11 +80,17 @@ def warned_reason(job: Dict[str, Any], requeued: bool) -> str:
            "continues from the latest checkpoint" % limit
 
 
-def requeue(job: Dict[str, Any]) -> Optional[str]:
+UNSURE_EXIT = 143  # this run's exit when a requeue may not have taken: never "completed" to Slurm
+
+
+def requeue(job: Dict[str, Any]) -> Tuple[int, Optional[str]]:
     """Put this Slurm job back in the queue (``scontrol requeue``; Slurm then ends this run of
-    the batch script); the problem when it cannot."""
+    the batch script): ``(exit code for this run, None)``, or ``(0, problem)`` when it cannot.
+    The exit code is 0 when Slurm said yes and ``UNSURE_EXIT`` when Slurm's own SIGTERM ended
+    scontrol first: the job then stays ``pending`` (requeued), and if no requeue took, Slurm
+    records this run as failed, not complete, and the login node's probe says so."""
     try:
-        slurm.requeue(slurm_job_id(), env_of(job))
+        took = slurm.requeue(slurm_job_id(), env_of(job))
     except (SlurmError, ValueError) as exc:
-        return "requeue failed: %s" % exc
-    return None
+        return 0, "requeue failed: %s" % exc
+    return (0 if took else UNSURE_EXIT), None

@@ -272,9 +272,9 @@ class Supervisor:
         elif self.warned.is_set():
             if self.job["slurm"]["resources"].get("requeue"):
                 self.update(state="pending", exit_code=code, reason=allocation.warned_reason(self.job, True))
-                problem = allocation.requeue(self.job)
+                leave, problem = allocation.requeue(self.job)
                 if problem is None:
-                    return 0  # Slurm ends this run of the batch script and starts the job again
+                    return leave  # Slurm ends this run of the batch script and starts the job again
                 self.finish("failed", code, "%s; %s" % (allocation.warned_reason(self.job, False), problem))
             else:
                 self.finish("failed", code, allocation.warned_reason(self.job, False))

@@ -4,6 +4,7 @@ tests/support/slurm.py (``slurm``: one node, ``slurm2``: node1 + node2; 2 fake G
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -464,7 +465,7 @@ def test_requeue_puts_the_job_back_to_pending(slurm: SlurmCluster, tmp_path: Pat
     job = submit(slurm, R.Resources(requeue=True, job_name="again"), job_dir,
                  ["bash", "-c", f'echo "run ${{SLURM_RESTART_COUNT:-0}}"; {hold(tmp_path, "again")}'])
     wait_for("the first run", (tmp_path / "again.started").exists)
-    S.requeue(job, slurm.env)
+    assert S.requeue(job, slurm.env) is True
     info = wait_for("the requeued job to wait", lambda: (lambda i: i if i and (i.state, i.reason) == (
         "PENDING", "BeginTime") else None)(S.query(job, slurm.env)))
     assert R.orch_state(info) == (PENDING, "waiting for Slurm: BeginTime (its start time has not come yet)")
@@ -480,6 +481,17 @@ def test_requeue_puts_the_job_back_to_pending(slurm: SlurmCluster, tmp_path: Pat
     with pytest.raises(R.SlurmError) as refused:
         S.requeue(other, slurm.env)
     assert str(refused.value) == f"scontrol requeue {other}: Requested operation is presently disabled for job {other}"
+
+
+def test_a_requeue_whose_scontrol_a_signal_ends_is_not_known_to_have_taken(tmp_path: Path) -> None:
+    """Inside its own allocation a job's requeue ends the run at once, and Slurm's SIGTERM to the
+    run's processes can end scontrol before it exits: that is neither a yes nor a refusal."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text("#!/bin/sh\nkill -TERM $$\n")
+    fake.chmod(0o755)
+    assert S.requeue("7", {"PATH": f"{bin_dir}:{os.environ['PATH']}"}) is False
 
 
 def test_signal_batch_only_reaches_the_batch_shell_and_full_reaches_the_steps(slurm: SlurmCluster,

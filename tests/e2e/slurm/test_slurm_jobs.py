@@ -151,8 +151,8 @@ def test_a_request_the_cluster_can_never_run_is_refused_before_anything_is_sent(
     assert "asks for 2 nodes but partition debug has 1" in orch("submit", str(two), check=4).stderr
 
 
-def status_where(orch: Orch, job_id: str, what: str, ok) -> dict:
-    """`orch status JOB --json` once ``ok(status)`` holds (AssertionError naming ``what`` after WAIT_S)."""
+def status_where(orch: Orch, job_id: str, what: str, ok, timeout: float = 90) -> dict:
+    """`orch status JOB --json` once ``ok(status)`` holds (AssertionError naming ``what`` after ``timeout`` s)."""
     seen: list[dict] = []
 
     def probe() -> dict | None:
@@ -161,7 +161,7 @@ def status_where(orch: Orch, job_id: str, what: str, ok) -> dict:
         return status if ok(status) else None
 
     try:
-        return wait_for(what, probe, timeout=90)
+        return wait_for(what, probe, timeout=timeout)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last status: {seen}") from None
 
@@ -264,7 +264,10 @@ def quick_requeue() -> Iterator[SlurmCluster]:
 def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
         orch: Orch, quick_requeue: SlurmCluster, sshd: SSHServer, tiny_assets: Path) -> None:
     """With requeue: true the warned run checkpoints, goes back to the queue as the same Slurm
-    job, and the next allocation's supervisor (attempt 2) continues from the checkpoint."""
+    job, and the next allocation's supervisor (attempt 2) continues from the checkpoint. Each
+    allocation is warned 30 to 60 s after its start (slurmctld's 30-second time-limit pass) and
+    starts again 10 s or more after its requeue, so the 60 one-second steps may take a third
+    allocation or more: the end is waited for across up to five."""
     lab = add_lab(orch, SlurmLogin(sshd.port, sshd.client_key, quick_requeue), "quick")
     launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "requeue": True}}
     job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=60, env=SLOW)))["job_id"]
@@ -272,7 +275,8 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
     assert waiting["state"] == "pending" and waiting["reason"].startswith(
         "requeued at the warning before the time limit (3): the next allocation continues from the latest checkpoint"
         "; waiting for Slurm:"), waiting
-    done = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"))
+    done = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"),
+                        timeout=5 * 90)
     assert done["state"] == "succeeded" and done["attempt"] >= 2, done
     assert json.loads((remote_job_dir(orch, job) / "slurm.json").read_text())["jobs"] == [waiting["slurm_job"]]
     assert "resuming from" in (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()

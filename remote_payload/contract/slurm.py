@@ -25,7 +25,7 @@ MAX_OUT = 256 * 1024  # bytes of a Slurm client's output that are read at all
 NAME_PATTERN = r"^[A-Za-z0-9._+-]{1,128}$"  # job, partition, account and QoS names (as a pydantic pattern)
 RDZV = "@rdzv@"  # in a plan's argv: the rendezvous host, filled in inside the allocation
 NAME = re.compile(r"[A-Za-z0-9._+-]{1,128}\Z")           # job, partition, account and QoS names
-PATH = re.compile(r"/[A-Za-z0-9._+,=@:~/-]{0,4000}\Z")   # no space, quote, %, \, $ or newline
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._+,=@:~/-]{0,4000}\Z")   # no space, quote, %, \, $ or newline
 TIME = re.compile(r"(?:(\d{1,5})-)?(\d{1,7}(?::\d{1,2}){0,2})\Z")
 MEM = re.compile(r"(\d{1,12})([KMGT]?)\Z")
 SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL", "CONT", "STOP")
@@ -105,7 +105,7 @@ def _command(argv: List[str]) -> None:
 
 def checked_path(job_dir: str) -> str:
     """``job_dir`` if it is safe in a batch script and an argv (ValueError otherwise)."""
-    if not isinstance(job_dir, str) or not PATH.match(job_dir):
+    if not isinstance(job_dir, str) or not SAFE_PATH.match(job_dir):
         raise ValueError("job folder %r: an absolute path of letters, digits and ._+,=@:~/- only" % clean(job_dir, 80))
     return job_dir.rstrip("/") or "/"
 

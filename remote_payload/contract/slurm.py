@@ -22,9 +22,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from remote_payload.contract.protocol import CANCELLED, FAILED, LOST, PENDING, RUNNING, SUCCEEDED, UNKNOWN
 
 MAX_OUT = 256 * 1024  # bytes of a Slurm client's output that are read at all
-NAME_PATTERN = r"^[A-Za-z0-9._+-]{1,128}$"  # job, partition, account and QoS names (as a pydantic pattern)
+_NAME_CHARS = r"[A-Za-z0-9._+-]{1,128}"  # job, partition, account and QoS names
+NAME_PATTERN = "^%s$" % _NAME_CHARS  # the same rule as a pydantic pattern (job.yaml, host entries)
+NAME = re.compile(_NAME_CHARS + r"\Z")
 RDZV = "@rdzv@"  # in a plan's argv: the rendezvous host, filled in inside the allocation
-NAME = re.compile(r"[A-Za-z0-9._+-]{1,128}\Z")           # job, partition, account and QoS names
 SAFE_PATH = re.compile(r"/[A-Za-z0-9._+,=@:~/-]{0,4000}\Z")   # no space, quote, %, \, $ or newline
 TIME = re.compile(r"(?:(\d{1,5})-)?(\d{1,7}(?::\d{1,2}){0,2})\Z")
 MEM = re.compile(r"(\d{1,12})([KMGT]?)\Z")

@@ -73,6 +73,8 @@ class Plan(Frozen):
     spec_sha256: str
     slurm: dict[str, Any] | None = None  # on a Slurm host: env, resources, the batch script (slurmplan.batch)
     queue: dict[str, Any] | None = None  # what each node waits for in its host's GPU queue (queue_request)
+    resume_args: list[str] = Field(default_factory=list)  # appended to argv on attempts after the first
+    progress: str | None = None  # launch.progress: the script's own progress lines (supervisor/scrape.py)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -255,6 +257,7 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
         on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets),
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
+        resume_args=list(spec.launch.resume_args), progress=spec.launch.progress,
     )
 
 

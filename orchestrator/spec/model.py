@@ -42,6 +42,7 @@ MAX_ENV_TOTAL = 1 << 20
 MAX_ARG = 100 << 10
 MAX_COMMAND = 256 << 10
 MAX_SETUP = 1 << 20  # setup runs from a file on the server; this is only a sanity bound
+PROGRESS_GROUPS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")
 
 
 def size_text(n: int) -> str:
@@ -117,11 +118,25 @@ class Launch(Frozen):
         "(e.g. a private network address). Default: the first host's address."
     )
     rdzv_port: int | None = Field(None, ge=1, le=65535, description="Multi-node: rendezvous port (default: a free one).")
-    launcher: Literal["auto", "torchrun", "direct"] = Field(
+    launcher: Literal["auto", "torchrun", "direct", "accelerate", "deepspeed"] = Field(
         "auto", description="How each node starts the job. `direct`: the supervisor runs the command itself with "
         "torchrun's environment (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT, ...), skipping torchrun's agent and its "
-        "seconds of start-up; one node and one process only. `torchrun`: always under torchrun. `auto`: direct "
-        "exactly when the job is one node × one process, torchrun otherwise."
+        "seconds of start-up; one node and one process only. `torchrun`, `accelerate`, `deepspeed`: that launcher "
+        "starts the processes, once per node, with the job's processes per node, node count, node rank and "
+        "rendezvous (a command that already starts with it keeps its other flags). `auto`: the launcher the "
+        "command starts with (`torchrun`, `python -m torch.distributed.run`, `accelerate launch`, `deepspeed`); "
+        "else direct exactly when the job is one node × one process, torchrun otherwise (docs/own-script.md)."
+    )
+    resume_args: list[str] = Field(
+        default_factory=list, description="Arguments appended to the command on every attempt after the first "
+        "(`orch resume`), e.g. `[--init_from=resume]`; `{last_checkpoint}` in one is the newest checkpoint-N "
+        "folder orch sees in the job folder (without one, resume_args are left out and the log says so). A string "
+        "is split like a shell would. Every attempt also gets ORCH_ATTEMPT (1, 2, ...)."
+    )
+    progress: str | None = Field(
+        None, description="A Python regular expression for the script's own progress lines, with named groups "
+        "among step, loss, total_steps, epoch, lr, eval_loss, tokens_per_s (at least step or loss), e.g. "
+        "`it (?P<step>\\d+) loss (?P<loss>[\\d.]+)`. Common formats are read without it (docs/own-script.md)."
     )
     gpus: Literal["auto"] | Annotated[int, Field(ge=0, le=1024)] = Field(
         "auto", description="GPUs each node waits for in its host's queue and gets as CUDA_VISIBLE_DEVICES "
@@ -152,6 +167,32 @@ class Launch(Frozen):
                 return shlex.split(value)
             except ValueError as exc:
                 raise ValueError(f"cannot split command: {exc}") from None
+        return value
+
+    @field_validator("resume_args", mode="before")
+    @classmethod
+    def _split_resume_args(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split resume_args: {exc}") from None
+        return value
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_regex(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        unknown = sorted(set(pattern.groupindex) - set(PROGRESS_GROUPS))
+        if unknown:
+            raise ValueError(f"unknown group(s) {', '.join(unknown)}: use {', '.join(PROGRESS_GROUPS)}")
+        if not {"step", "loss"} & set(pattern.groupindex):
+            raise ValueError("needs a named group `step` or `loss`, e.g. (?P<step>\\d+)")
         return value
 
     @field_validator("command")

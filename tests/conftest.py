@@ -21,6 +21,10 @@ from orchestrator.hosts.inventory import Host
 from tests.support.orch import HOLD_IDLE_S, REPO, Orch, stop_holders
 from tests.support.sshd import SSHServer, start_sshd
 
+# Every `python -m orchestrator` a test starts runs this checkout's code, whatever an editable
+# install elsewhere points at (a second worktree of the repository, say).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

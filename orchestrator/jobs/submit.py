@@ -22,6 +22,7 @@ from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import launchconfig
 from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
 from orchestrator.plan import slurm as slurmplan
@@ -115,7 +116,8 @@ def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: li
     if len(remotes) > 1 and loaded.spec.launch.rdzv_port is None:
         port = remotes[0].call("free_port")["port"]
     hosts = [r.host for r in remotes]
-    return build_plan(loaded.spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+    spec = launchconfig.counted(loaded.spec, Path(loaded.workspace_dir))
+    return build_plan(spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
 
 
 def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,

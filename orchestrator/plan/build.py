@@ -19,6 +19,7 @@ from pydantic import Field
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.hosts.presets import PRESETS, preset_env, preset_setup
+from orchestrator.plan import launchers
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.spec.model import Frozen, JobSpec
 from remote_payload.contract.protocol import GRACE_S
@@ -52,6 +53,7 @@ class NodePlan(Frozen):
     job_dir: str
     argv: list[str]
     direct: bool = False
+    launcher: str | None = None  # the command's own launcher that orch runs once per node (plan/launchers.py)
     env: dict[str, str] = Field(default_factory=dict)
 
 
@@ -100,7 +102,7 @@ def nproc_for(spec: JobSpec, facts: HostFacts) -> int:
     the node's usable GPUs (1 without GPUs). Raises ``UsageError`` when an explicit count (of
     processes, or of ``launch.gpus``) asks for more GPUs than the node has."""
     gpus = visible_gpus(spec, facts)
-    wanted, asked = spec.launch.nproc_per_node, spec.launch.gpus
+    wanted, asked = launchers.wanted_nproc(spec), spec.launch.gpus
     if isinstance(asked, int) and 0 < gpus < asked:
         raise UsageError(f"launch.gpus is {asked} but {facts.hostname or 'the node'} has {gpus} usable GPU(s)")
     if wanted == "auto":
@@ -118,8 +120,8 @@ def queue_request(spec: JobSpec) -> dict[str, Any] | None:
     names — it waits for exactly those. ``gpus: 0`` (a CPU job) and a ``CUDA_VISIBLE_DEVICES``
     that names no indices (empty, or GPU uuids: the job picks its devices itself) never queue."""
     launch = spec.launch
-    gpus: int | str = launch.gpus if launch.gpus != "auto" else \
-        launch.nproc_per_node if isinstance(launch.nproc_per_node, int) else "all"
+    wanted = launchers.wanted_nproc(spec)
+    gpus: int | str = launch.gpus if launch.gpus != "auto" else wanted if isinstance(wanted, int) else "all"
     pinned = None
     visible = spec.env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -221,15 +223,23 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
         return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id,
                        *_slurm_nodes(spec, hosts[0], facts[0], job_id))
     endpoint = rdzv_endpoint(spec, hosts, rdzv_port)
+    cmd = launchers.for_spec(spec)
     nodes = []
     for rank, (host, fact) in enumerate(zip(hosts, facts)):
         nproc = nproc_for(spec, fact)
         job_dir = posixpath.join(fact.root, "jobs", job_id)
-        direct = is_direct(spec, len(hosts), nproc)
-        argv = program(spec, fact.python, job_dir) if direct else \
-            torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint, job_id)
+        direct = cmd is None and is_direct(spec, len(hosts), nproc)
+        if cmd is not None:
+            argv = launchers.argv(cmd, launchers.Topology(fact.python, nproc, len(hosts), rank, endpoint, job_id,
+                                                          job_dir))
+        elif direct:
+            argv = program(spec, fact.python, job_dir)
+        else:
+            argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint,
+                                 job_id)
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
-                              direct=direct, env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
+                              direct=direct, launcher=cmd.launcher if cmd else None,
+                              env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
     return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
 
 
@@ -237,11 +247,22 @@ def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str) -> tup
     """The allocation's nodes (one argv for all, run by srun) and the plan's ``slurm`` section."""
     res, nproc = slurmplan.resources(spec, host, fact.slurm or {}, job_id)
     job_dir = posixpath.join(fact.root, "jobs", job_id)
-    direct = is_direct(spec, res.nodes, nproc)
-    argv = program(spec, fact.python, job_dir) if direct else \
-        torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), res.nodes, RDZV, job_id)
+    cmd = launchers.for_spec(spec)
+    if cmd is not None and cmd.launcher != "torchrun" and res.nodes > 1:
+        raise UsageError(f"{cmd.launcher} across {res.nodes} Slurm nodes: one argv runs on every node there, and "
+                         f"{cmd.launcher} needs each node's rank in its flags — start the script with torchrun "
+                         "(or as a plain `python` command, which orch runs under torchrun)")
+    direct = cmd is None and is_direct(spec, res.nodes, nproc)
+    if cmd is not None:
+        argv = launchers.argv(cmd, launchers.Topology(fact.python, nproc, res.nodes, 0, RDZV if res.nodes > 1 else None,
+                                                      job_id, job_dir))
+    elif direct:
+        argv = program(spec, fact.python, job_dir)
+    else:
+        argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), res.nodes, RDZV, job_id)
     nodes = [NodePlan(host=host.name, node_rank=i, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
-                      direct=direct, env={"ORCH_HOST": host.name}) for i in range(res.nodes)]
+                      direct=direct, launcher=cmd.launcher if cmd else None, env={"ORCH_HOST": host.name})
+             for i in range(res.nodes)]
     return nodes, slurmplan.batch(host, res, fact.python, fact.payload, job_dir)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.hosts.inventory import Host
+from orchestrator.plan import launchers
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.spec.model import JobSpec
 from orchestrator.spec.slurm import SlurmJob
@@ -70,7 +71,7 @@ def gpus_and_nproc(spec: JobSpec, cluster: dict[str, Any], partition: str | None
     name = partition or next((n for n, p in parts.items() if p.get("default")), None)
     have = int((parts.get(name) or {}).get("max_gpus_per_node") or 0)
     asked = (spec.launch.slurm or SlurmJob()).gpus_per_node
-    wanted = spec.launch.nproc_per_node
+    wanted = launchers.wanted_nproc(spec)
     gpus = asked if asked is not None else (have if wanted == "auto" else wanted if have else 0)
     nproc = max(gpus, 1) if wanted == "auto" else wanted
     if 0 < gpus < nproc:

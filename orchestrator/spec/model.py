@@ -27,6 +27,7 @@ from pydantic import (
 
 from orchestrator.spec.slurm import SlurmJob
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates
+from remote_payload.contract import envvars
 from remote_payload.contract.train_config import TrainConfig
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -53,6 +54,9 @@ def size_text(n: int) -> str:
 def _env_value(value: str) -> str:
     if "\x00" in value:
         raise ValueError("contains a NUL byte")
+    wrong = envvars.problem(value)
+    if wrong:
+        raise ValueError(wrong)
     size = len(value.encode("utf-8"))
     if size > MAX_ENV_VALUE:
         raise ValueError(f"{size_text(size)} is too large for an environment variable: the server cannot pass one "

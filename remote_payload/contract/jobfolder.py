@@ -18,6 +18,8 @@ SKIP_DIRS = ("__pycache__",)  # written by python itself in the working director
 HASHES = ".hashes.json"  # a cache of sha256 by (path, size, mtime_ns) for live manifests and move listings
 SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <root>/payload/<hash>/
 NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
+DEEPSPEED_HOSTFILE = "deepspeed_hostfile"  # a multi-node deepspeed job's nodes, written by each node's supervisor
+FREE_PORT = "@free-port@"  # in a plan's argv: a TCP port free on the node, picked by its supervisor at start
 
 
 def sha256_file(path: str) -> str:

@@ -49,7 +49,10 @@ from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest,
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
 from remote_payload.supervisor import (  # noqa: E402
     allocation,  # noqa: E402
+    attempt,
+    environment,
     failure,
+    launchers,
     metricswatch,
     onfinish,
     webhook,
@@ -77,11 +80,16 @@ class Supervisor:
         self.manifests: Optional[ManifestCache] = None
         self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
         old = read_json(self.status_path) or {}
+        number = int(old.get("attempt", 0)) + 1
+        now = time.time()
         self.status: Dict[str, Any] = {
             "job_id": self.job["job_id"], "node_rank": node_rank, "state": "setting_up",
             "supervisor_pid": os.getpid(), "pgid": None, "child_pid": None, "boot_id": boot_id(),
-            "started": time.time(), "ended": None, "heartbeat": time.time(), "exit_code": None,
-            "reason": None, "attempt": int(old.get("attempt", 0)) + 1,
+            "started": now, "ended": None, "heartbeat": now, "exit_code": None,
+            "reason": None, "attempt": number,
+            # across attempts (orch resume): when the first began, and the step the ones before reached
+            "first_started": (old.get("first_started") or old.get("started") or now) if number > 1 else now,
+            "resumed_from_step": attempt.reached_step(job_dir) if number > 1 else None,
         }
         os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
         self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
@@ -143,8 +151,8 @@ class Supervisor:
 
     # -- steps -------------------------------------------------------------------------
     def env(self) -> Dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.job.get("env", {}))
+        env = environment.job_environment(os.environ, self.job.get("env", {}), self.job_dir,
+                                          int(self.status["attempt"]))
         env.update(self.node.get("env", {}))
         env["PYTHONUNBUFFERED"] = "1"
         env["ORCH_JOB_ID"] = self.job["job_id"]
@@ -238,6 +246,7 @@ class Supervisor:
             signal.signal(signal.SIGUSR1, self.on_warning)
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
+        environment.write_bash_env(self.job_dir)
         env, refused = gpuqueue.take(self.job_dir, self.job, self.node_rank, self.env(), self.cancelled, self.update,
                                      self.say)  # waits as `queued` while the host's GPUs are taken
         code = 1 if refused else self.setup(env)
@@ -255,7 +264,11 @@ class Supervisor:
             self.update(state="running")
             if self.node.get("direct"):
                 env = direct_env(env, free_port())
-            argv = allocation.step_argv(self.job, self.job_dir, self.node["argv"]) if self.slurm else self.node["argv"]
+            argv = list(self.node["argv"])
+            if int(self.status["attempt"]) > 1:
+                argv = attempt.resume_argv(argv, list(self.job.get("resume_args") or []), self.job_dir, self.say)
+            argv = launchers.complete(argv, self.job, self.node, env, self.job_dir)
+            argv = allocation.step_argv(self.job, self.job_dir, argv) if self.slurm else argv
             self.say("starting: %s" % shlex.join(argv))
             watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
             code = self.run_step(list(argv), env, started=self.start_background)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import click
@@ -13,6 +14,8 @@ from orchestrator.checks.verdict import blockers, table
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import RemoteError
 from orchestrator.hosts.inventory import Host
+from orchestrator.jobs import launchconfig
+from orchestrator.plan import launchers
 from orchestrator.plan.slurm import check_hosts
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.model import JobSpec
@@ -50,9 +53,27 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     laptop_checks(loaded)
     check_hosts(loaded, resolved)
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
+    notes = launcher_notes(loaded.spec, Path(loaded.workspace_dir), loaded.spec.launch.nnodes or len(hosts))
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
+    for note in notes:
+        click.echo(textwrap.fill(note, width=78, initial_indent="  ", subsequent_indent="    "))
     if remote:
         run_preflight(app, resolved, Needs.of(loaded.spec))
+
+
+def launcher_notes(spec: JobSpec, workspace: Path, nnodes: int) -> list[str]:
+    """What orch does with a launcher the command starts with (``UsageError``, exit 2, when
+    job.yaml's ``launch.launcher`` contradicts it): which counts win, which flags it replaces."""
+    cmd = launchers.for_spec(spec)
+    if cmd is None:
+        return []
+    lines = [f"{cmd.launcher}: orch runs it once per node with the job's topology (--dry-run shows the argv)"]
+    lines += [f"{cmd.launcher}: {note}" for note in launchers.notes(cmd, spec.launch.nproc_per_node, nnodes)]
+    counted = launchconfig.counted(spec, workspace)
+    if counted is not spec:
+        lines.append(f"{cmd.launcher}: {counted.launch.nproc_per_node} process(es) per node, from num_processes in "
+                     f"{launchers.config_file(spec)} (launch.nproc_per_node is auto)")
+    return lines
 
 
 @click.command("schema")

@@ -1,0 +1,229 @@
+"""Scripts launched the way their tutorials launch them (issue 22): a launcher inside
+``launch.command`` — torchrun, ``accelerate launch`` (flags, a config file, a DeepSpeed plugin),
+``deepspeed`` — runs once per node with the job's processes, never nested under orch's torchrun;
+every command finds the host's python first on PATH, also after a login shell; ``env:`` values
+expand ``$NAME``; attempts after the first get ``ORCH_ATTEMPT`` and ``resume_args``.
+
+The scripts are written in the style of the upstream ones (the PyTorch DDP tutorial, accelerate's
+examples, DeepSpeed's getting-started), on the CPU with gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.support.orch import Orch
+
+# The PyTorch DDP tutorial's shape: DistributedSampler + set_epoch, GradScaler (disabled on the
+# CPU: the tutorial's `device_type="cuda"` lines are the only ones changed), rank 0 saves
+# ddp_model.module.state_dict(), then barrier().
+DDP_TUTORIAL = """\
+import os, sys, json
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    ddp_model = DDP(model)
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    seen = 0
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            seen += len(x)
+    os.makedirs("outputs", exist_ok=True)
+    with open(f"outputs/rank{rank}.json", "w") as f:
+        json.dump({"rank": rank, "world": world, "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+                   "seen": seen, "argv": sys.argv[1:]}, f)
+    if rank == 0:
+        torch.save(ddp_model.module.state_dict(), "outputs/model.pth")
+    dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    main()
+"""
+
+ACCELERATE = """\
+import json, os, sys
+import torch
+from accelerate import Accelerator
+
+acc = Accelerator(cpu="--cpu" in sys.argv[1:])  # accelerate's examples: Accelerator(cpu=args.cpu)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(16, 4)), batch_size=2)
+model, opt, data = acc.prepare(model, opt, data)
+for (x,) in data:
+    acc.backward(model(x).sum())
+    opt.step()
+    opt.zero_grad()
+total = acc.reduce(torch.ones(1, device=acc.device) * (acc.process_index + 1), "sum").item()
+os.makedirs("outputs", exist_ok=True)
+with open(f"outputs/rank{acc.process_index}.json", "w") as f:
+    json.dump({"rank": acc.process_index, "world": acc.num_processes, "type": str(acc.distributed_type),
+               "sum": total}, f)
+acc.wait_for_everyone()
+"""
+
+DEEPSPEED = """\
+import json, os
+import torch.distributed as dist
+import deepspeed  # noqa: F401 (imported as DeepSpeed scripts do; the group is torch's, gloo on the CPU)
+
+dist.init_process_group("gloo")
+os.makedirs("outputs", exist_ok=True)
+with open("outputs/rank%d.json" % dist.get_rank(), "w") as f:
+    json.dump({"rank": dist.get_rank(), "world": dist.get_world_size(), "local_rank": os.environ["LOCAL_RANK"]}, f)
+dist.barrier()
+"""
+
+WRAPPER = """\
+#!/bin/bash
+set -e
+echo "python=$(command -v python)"
+echo "torchrun=$(command -v torchrun)"
+bash -lc 'echo "login-python=$(command -v python)"'
+python -c "import torch; print('torch', torch.__version__)"
+echo "A=$A"
+echo "path-head=${PATH%%:*}"
+"""
+
+
+def _job(orch: Orch, name: str, host: str, launch: dict, files: dict[str, str], **extra: object) -> Path:
+    ws = orch.cwd / "ws"
+    ws.mkdir(exist_ok=True)
+    for rel, text in files.items():
+        (ws / rel).write_text(text)
+    spec = orch.cwd / f"{name}.yaml"
+    spec.write_text(json.dumps({"name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": launch,
+                                "outputs": ["code/outputs/", "logs/"], **extra}))
+    return spec
+
+
+def _ranks(orch: Orch, job: str) -> list[dict]:
+    out = orch.job_dir(job) / "code" / "outputs"
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+def test_torchrun_in_the_command_runs_once_with_its_own_process_count(orch: Orch, host: str) -> None:
+    """`torchrun --nproc_per_node=2` on a host whose login shell has no torchrun: 2 processes,
+    not 2 × 2; the command's --master_port is orch's to set; its script arguments stay."""
+    spec = _job(orch, "ddp", host, {"command": "torchrun --nproc_per_node=2 --master_port=1234 ddp.py --epochs 2"},
+                {"ddp.py": DDP_TUTORIAL})
+    check = orch("check", str(spec))
+    assert "2 process(es) per node, from the command's --nproc_per_node" in check.stdout
+    assert "--master_port is\n    replaced" in check.stdout or "--master_port is replaced" in check.stdout
+    plan = json.loads(orch("submit", str(spec), "--dry-run").stdout)
+    argv = plan["nodes"][0]["argv"]
+    assert argv[1:] == ["-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
+                        "--max_restarts", "0", "ddp.py", "--epochs", "2"]
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=300).stdout)
+    assert job["state"] == "succeeded", job
+    ranks = _ranks(orch, job["job_id"])
+    assert [(r["rank"], r["world"], r["local_world"]) for r in ranks] == [(0, 2, 2), (1, 2, 2)]
+    assert all(r["seen"] == 64 and r["argv"] == ["--epochs", "2"] for r in ranks)  # each saw its half, twice
+    assert (orch.job_dir(job["job_id"]) / "code" / "outputs" / "model.pth").stat().st_size > 0
+
+
+def test_every_command_finds_the_hosts_python_first_also_after_a_login_shell(orch: Orch, host: str) -> None:
+    """`bash run.sh` (and a `bash -l` inside it) finds the host's --python and its torchrun
+    first; `PATH: /opt/x/bin:$PATH` expands against that PATH; `$$` is one `$`."""
+    spec = _job(orch, "wrap", host, {"command": "bash run.sh"}, {"run.sh": WRAPPER},
+                env={"PATH": "/opt/orch-none/bin:$PATH", "A": "${HOME}/x$$y"})
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=300).stdout)
+    assert job["state"] == "succeeded", job
+    log = orch("logs", job["job_id"]).stdout
+    bindir = os.path.dirname(sys.executable)
+    for line in (f"python={bindir}/python", f"torchrun={bindir}/torchrun", f"login-python={bindir}/python",
+                 "path-head=/opt/orch-none/bin", f"A={os.environ.get('HOME', '/root')}/x$y"):
+        assert line in log.splitlines(), (line, log)
+
+
+def test_accelerate_launch_with_flags_or_a_config_file(orch: Orch) -> None:
+    """`accelerate launch --cpu --num_processes 2` runs 2 processes (orch puts --multi_gpu in
+    --cpu's place: accelerate's --cpu starts one); a config file's num_processes counts, and a
+    DeepSpeed plugin in one keeps working."""
+    multi = "distributed_type: MULTI_GPU\nnum_machines: 1\nnum_processes: 2\nmachine_rank: 0\nmixed_precision: 'no'\n"
+    ds = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\nnum_machines: 1\n"
+          "num_processes: 1\nmachine_rank: 0\n")
+    dsjson = json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                         "zero_optimization": {"stage": 1}})
+    files = {"a.py": ACCELERATE, "multi.yaml": multi, "ds.yaml": ds, "ds.json": dsjson}
+    cases = [("acc-flags", "accelerate launch --cpu --num_processes 2 a.py --cpu", 2, "MULTI_CPU"),
+             ("acc-config", "accelerate launch --config_file multi.yaml a.py --cpu", 2, "MULTI_CPU"),
+             ("acc-ds", "accelerate launch --config_file ds.yaml a.py", 1, "DEEPSPEED")]
+    specs = [(_job(orch, name, "local", {"command": command}, files), world, kind)
+             for name, command, world, kind in cases]
+    assert "from num_processes in multi.yaml" in orch("check", str(specs[1][0])).stdout
+    for spec, world, kind in specs:
+        job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=400).stdout)
+        assert job["state"] == "succeeded", (spec.name, job)
+        ranks = _ranks(orch, job["job_id"])
+        assert [r["rank"] for r in ranks] == list(range(world)), (spec.name, ranks)
+        assert all(r["world"] == world and kind in r["type"] and r["sum"] == world * (world + 1) / 2
+                   for r in ranks), (spec.name, ranks)
+
+
+def test_deepspeed_runs_its_own_launcher_once(orch: Orch) -> None:
+    spec = _job(orch, "ds", "local", {"command": "deepspeed --num_gpus 2 train.py --deepspeed_config ds.json"},
+                {"train.py": DEEPSPEED})
+    plan = json.loads(orch("submit", str(spec), "--dry-run").stdout)
+    assert plan["nodes"][0]["argv"][1:] == ["-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port",
+                                            "@free-port@", "train.py", "--deepspeed_config", "ds.json"]
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=400).stdout)
+    assert job["state"] == "succeeded", job
+    assert [(r["rank"], r["world"]) for r in _ranks(orch, job["job_id"])] == [(0, 2), (1, 2)]
+
+
+RESUMABLE = """\
+import json, os, pathlib, sys
+from remote_payload.report import report
+
+attempt = int(os.environ["ORCH_ATTEMPT"])
+out = pathlib.Path("outputs")
+out.mkdir(exist_ok=True)
+(out / f"attempt{attempt}.json").write_text(json.dumps(sys.argv[1:]))
+if attempt == 1:
+    ckpt = pathlib.Path("out/checkpoint-7")
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"log_history": [], "max_steps": 20}))
+    for step in range(1, 11):
+        report(step=step, loss=1.0 / step, total_steps=20)
+    sys.exit(3)
+for step in range(1, 4):  # this script ignores what it is given: it starts over
+    report(step=step, loss=1.0, total_steps=20)
+"""
+
+
+def test_a_resumed_attempt_gets_its_number_and_the_resume_args(orch: Orch, host: str) -> None:
+    spec = _job(orch, "again", host, {"command": "python train.py --lr 1",
+                                      "resume_args": ["--init_from=resume", "--ckpt={last_checkpoint}"]},
+                {"train.py": RESUMABLE})
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", check=1, timeout=300).stdout)["job_id"]
+    job_dir = orch.job_dir(job)
+    first = json.loads((job_dir / "status.json").read_text())
+    orch("resume", job)
+    assert orch.wait_state(job, ("succeeded", "failed"), timeout=300)["state"] == "succeeded"
+    out = job_dir / "code" / "outputs"
+    assert json.loads((out / "attempt1.json").read_text()) == ["--lr", "1"]
+    assert json.loads((out / "attempt2.json").read_text()) == [
+        "--lr", "1", "--init_from=resume", f"--ckpt={job_dir / 'code' / 'out' / 'checkpoint-7'}"]
+    second = json.loads((job_dir / "status.json").read_text())
+    assert second["attempt"] == 2 and second["resumed_from_step"] == 10
+    assert second["first_started"] == first["started"] < second["started"]

@@ -18,6 +18,12 @@ SKIP_DIRS = ("__pycache__",)  # written by python itself in the working director
 HASHES = ".hashes.json"  # a cache of sha256 by (path, size, mtime_ns) for live manifests and move listings
 SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <root>/payload/<hash>/
 NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
+# What orch itself writes into a job folder beside NOT_LISTED (the names a manifest may list that
+# no job wrote): its records, its logs, the metrics, the trainer config, the setup script, a
+# move's history, a Slurm job's script, record and cancel mark. Top-level names starting with
+# "." are orch's too (markers, a move's staging).
+ORCH_WRITTEN = ("repro", "logs", "metrics.jsonl", "train.json", "setup.sh", "moves.json", "slurm.sh", "slurm.json",
+                "cancel.requested")
 
 
 def sha256_file(path: str) -> str:

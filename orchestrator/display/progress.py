@@ -82,13 +82,17 @@ class JobProgress:
     def succeeded(self) -> bool:
         return self.state.split(" ", 1)[0] == "succeeded"
 
-    def cells(self) -> list[str]:
-        """The row's cells in ``STATUS_COLUMNS``' order between JOB and HOST. A succeeded job's
-        step is shown as its total when one is known (the last step a script logs can lag its
-        end); ``step`` itself stays what was logged."""
-        step = "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+    def step_text(self) -> str:
+        """``step/total`` (or the step alone). A succeeded job's step is shown as its total when
+        one is known (the last step a script logs can lag its end); ``step`` itself stays what
+        was logged."""
         if self.succeeded and self.total and self.step is not None and self.step <= self.total:
-            step = f"{self.total}/{self.total}"
+            return f"{self.total}/{self.total}"
+        return "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+
+    def cells(self) -> list[str]:
+        """The row's cells in ``STATUS_COLUMNS``' order between JOB and HOST."""
+        step = self.step_text()
         loss = f"{self.loss:.4f}" if self.loss is not None else (f"eval {self.eval_loss:.4f}" if self.eval_loss is not None else "")
         tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else ""
         cost = f"{self.cost:.2f}" if self.cost is not None else ""

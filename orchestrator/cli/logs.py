@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import nullcontext
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -15,22 +15,22 @@ from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import EndLines, final_line, one_line
 
 
-def same_file(a: int, b: int) -> bool:
-    """True when file descriptors ``a`` and ``b`` write to the same file (one terminal, one
-    pipe: ``2>&1``)."""
+def same_file(a: IO[str], b: IO[str]) -> bool:
+    """True when streams ``a`` and ``b`` write to the same file (one terminal, one pipe:
+    ``2>&1``); False when either has no file descriptor."""
     try:
-        sa, sb = os.fstat(a), os.fstat(b)
-    except OSError:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def say_end(app: App, job_id: str, status: dict[str, Any], ends: EndLines, log_fd: int) -> None:
+def say_end(app: App, job_id: str, status: dict[str, Any], ends: EndLines, log: IO[str]) -> None:
     """The laptop's last line (``JOB STATE: reason``), unless the log the reader just saw on
     the same output already ended with the supervisor's line saying the same: a failure is
     read once. Written to another file than stderr (``> log.txt``), the log's line is not
     where the reader looks, and the laptop's line is said."""
-    if not (ends.said(status) and same_file(log_fd, sys.stderr.fileno())):
+    if not (ends.said(status) and same_file(log, sys.stderr)):
         app.say(final_line(job_id, status))  # one cleaned line: "JOB failed: rank 0 on node 0: ..."
 
 
@@ -53,7 +53,7 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     except KeyboardInterrupt:
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None
-    say_end(app, record.job_id, status, ends, sys.stderr.fileno() if as_json else sys.stdout.fileno())
+    say_end(app, record.job_id, status, ends, sys.stderr if as_json else sys.stdout)
     app.job_ended(record.job_id, status)
     return status
 
@@ -98,7 +98,7 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
         if follow:
             ends = EndLines()
             ends.feed(kept)
-            say_end(app, record.job_id, record.status(), ends, sys.stdout.fileno())
+            say_end(app, record.job_id, record.status(), ends, sys.stdout)
         return
     if follow:
         follow_to_end(app, record, node=node, tail=tail)

@@ -1,10 +1,11 @@
-"""Text from a server is untrusted: strip what could drive the user's terminal."""
+"""Text from a server is untrusted: strip what could drive the user's terminal; the end of a
+followed log (``final_line``, ``EndLines``)."""
 
 from __future__ import annotations
 
 import codecs
 import re
-from typing import Any
+from typing import Any, Callable
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 MAX_REASON = 500  # characters of a server's reason printed at the end of a followed log
@@ -36,3 +37,39 @@ def final_line(job_id: str, status: dict[str, Any]) -> str:
     """``JOB STATE[: reason]`` — what ``orch logs -f`` / ``submit --follow`` print last."""
     reason = one_line(status.get("reason") or "")
     return f"{job_id} {one_line(status.get('state'), 40)}" + (f": {reason}" if reason else "")
+
+
+# The supervisor's last word in a node log (remote_payload/supervisor/supervisor.py, ``finish``):
+# "[orch] job STATE" or "[orch] job STATE: REASON", after "[node i] " in a merged log.
+_END_LINE = re.compile(r"^(?:\[node \d+\] )?\[orch\] job ([a-z_]+)(?:: (.*))?$")
+_NODE_HEAD = re.compile(r"^node \d+: ")  # how ``aggregate`` names the node in a multi-node job's reason
+
+
+class EndLines:
+    """Watches log text for the supervisor's end lines, so the one who follows a log can tell
+    whether the log itself already said how the job ended (``said``). Text arrives in chunks
+    of any size; only whole lines count."""
+
+    def __init__(self) -> None:
+        self.rest = ""
+        self.seen: set[tuple[str, str]] = set()  # (state, reason as one line)
+
+    def feed(self, text: str) -> None:
+        lines = (self.rest + text).split("\n")
+        self.rest = lines.pop()[-4096:]
+        for line in lines:
+            match = _END_LINE.match(line.rstrip("\r"))
+            if match:
+                self.seen.add((match.group(1), one_line(match.group(2) or "")))
+
+    def wrap(self, write: Callable[[str], None]) -> Callable[[str], None]:
+        def both(text: str) -> None:
+            write(text)
+            self.feed(text)
+        return both
+
+    def said(self, status: dict[str, Any]) -> bool:
+        """True when the log held an end line with ``status``' state and reason (a multi-node
+        job's reason also without its ``node N:`` head)."""
+        state, reason = status.get("state"), one_line(status.get("reason") or "")
+        return (state, reason) in self.seen or (state, _NODE_HEAD.sub("", reason)) in self.seen

@@ -9,6 +9,7 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
+from orchestrator.fetch import unfetched
 from orchestrator.fetch.download import fetch, nothing_selected
 from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.state.registry import JobRecord
@@ -25,6 +26,8 @@ from orchestrator.termtext import final_line
               help="Also fetch what this gitignore-style pattern selects (repeatable).")
 @click.option("--all", "everything", is_flag=True,
               help="Fetch every file of the job folder and every file the job wrote (not the synced code).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: what was fetched, and what the job wrote that was not (not_fetched).")
 @notify_option
 @click.option("-w", "--watch", is_flag=True,
               help="Keep fetching while the job runs (new checkpoints whole), end with a final fetch when it "
@@ -36,13 +39,15 @@ from orchestrator.termtext import final_line
                    "server no longer keeps, as its keep_checkpoints does).")
 @pass_app
 def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns: tuple[str, ...],
-              everything: bool, watch: bool, interval: float, keep_checkpoints: bool) -> None:
+              everything: bool, as_json: bool, watch: bool, interval: float, keep_checkpoints: bool) -> None:
     """Download what the job's `outputs` select, verified by sha256; idempotent.
 
     Patterns match both the job folder ($ORCH_JOB_DIR) and what the job wrote in its
     working directory, by the path it wrote: a script's `outputs/final` and
     `$ORCH_JOB_DIR/outputs/final` both land in DEST/<job_id>/outputs/final. A fetch that
     selects nothing says what the job folder holds, and exits 2 once the job has ended.
+    Files the job wrote that no pattern selects (a model saved beside the script, say)
+    are named, biggest first, with the --include that brings them.
     A checkpoint folder (checkpoints/step-N/) lands whole: it is fetched into a hidden
     .part-step-N/ and renamed once every file is verified; while the job runs, only once it
     holds COMPLETE.
@@ -60,6 +65,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     """
     if (keep_checkpoints or interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--interval and --keep-checkpoints go with --watch")
+    if as_json and watch:
+        raise UsageError("--json goes without --watch (a watch prints as it goes)")
     record = app.registry.get(job)
     with_checkpoints = watch if checkpoints is None else checkpoints
     extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
@@ -69,13 +76,22 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
             raise SystemExit(1)
         return
     summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything)
+    left = unfetched.unfetched(summary.unselected, summary.here)
+    if as_json:
+        app.json({"job_id": record.job_id, "dest": str(summary.dest), "fetched": summary.fetched,
+                  "unchanged": summary.unchanged, "bytes": summary.bytes, "patterns": summary.patterns,
+                  "ended": summary.ended, "not_fetched": unfetched.as_json(left)})
     if not summary.fetched and not summary.unchanged:
         message = nothing_selected(summary, record.job_id)
         if summary.ended:
             raise UsageError(message)
         app.say(message)
-    click.echo(f"{summary.dest}: {len(summary.fetched)} fetched ({summary.bytes / 2**20:.1f} MB), "
-               f"{len(summary.unchanged)} already there")
+    elif not as_json:
+        for line in unfetched.lines(left, record.job_id):
+            app.say(line)
+    if not as_json:
+        click.echo(f"{summary.dest}: {len(summary.fetched)} fetched ({summary.bytes / 2**20:.1f} MB), "
+                   f"{len(summary.unchanged)} already there")
 
 
 def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everything: bool, interval: float,
@@ -95,6 +111,8 @@ def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everyth
     note = watch.nothing_note()
     if note:
         app.say(note)
+    for line in watch.unfetched_lines() if not note else []:
+        app.say(line)
     click.echo(watch.describe())
     app.say(final_line(record.job_id, status))
     app.job_ended(record.job_id, status)

@@ -2,35 +2,58 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import nullcontext
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.jobs import logcache
 from orchestrator.state.registry import JobRecord
-from orchestrator.termtext import final_line, one_line
+from orchestrator.termtext import EndLines, final_line, one_line
+
+
+def same_file(a: IO[str], b: IO[str]) -> bool:
+    """True when streams ``a`` and ``b`` write to the same file (one terminal, one pipe:
+    ``2>&1``); False when either has no file descriptor."""
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def say_end(app: App, job_id: str, status: dict[str, Any], ends: EndLines, log: IO[str]) -> None:
+    """The laptop's last line (``JOB STATE: reason``), unless the log the reader just saw on
+    the same output already ended with the supervisor's line saying the same: a failure is
+    read once. Written to another file than stderr (``> log.txt``), the log's line is not
+    where the reader looks, and the laptop's line is said."""
+    if not (ends.said(status) and same_file(log, sys.stderr)):
+        app.say(final_line(job_id, status))  # one cleaned line: "JOB failed: rank 0 on node 0: ..."
 
 
 def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: int | None = None,
                   tail: int | None = None, remotes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Follow until the job is terminal; Ctrl-C stops following and leaves the job running.
-    On a terminal, a progress line (step/total, loss, tokens/s) stays under the log."""
+    On a terminal, a progress line (step/total, loss, tokens/s) stays under the log. The
+    end is said once (``say_end``)."""
     from orchestrator.display.progress import FollowBar
     from orchestrator.jobs.logs import stream_logs
 
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
+    ends = EndLines()
     try:
         bar = FollowBar(app.err) if FollowBar.enabled(as_json) else None  # plain text when not a terminal
+        shown = ends.wrap(bar.wrap(write) if bar else write)
         with bar or nullcontext():
-            status = stream_logs(record, app.inventory, app.registry, write=bar.wrap(write) if bar else write,
-                                 say=app.say, node=node, follow=True, tail=tail, remotes=remotes)
+            status = stream_logs(record, app.inventory, app.registry, write=shown, say=app.say, node=node,
+                                 follow=True, tail=tail, remotes=remotes)
     except KeyboardInterrupt:
         app.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
         raise SystemExit(130) from None
-    app.say(final_line(record.job_id, status))  # one cleaned line: "JOB failed: rank 0 on node 0: ..."
+    say_end(app, record.job_id, status, ends, sys.stderr if as_json else sys.stdout)
     app.job_ended(record.job_id, status)
     return status
 
@@ -73,7 +96,9 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
     if kept is not None:  # an ended job's whole log, kept by an earlier read: no host, no network code loaded
         app.write(kept)
         if follow:
-            app.say(final_line(record.job_id, record.status()))
+            ends = EndLines()
+            ends.feed(kept)
+            say_end(app, record.job_id, record.status(), ends, sys.stdout)
         return
     if follow:
         follow_to_end(app, record, node=node, tail=tail)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.display.progress import JobProgress, StatusRow, row_fields, status_lines
+from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, row_fields, status_lines
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.state.registry import TERMINAL, JobRecord
 from orchestrator.termtext import clean
@@ -113,10 +113,15 @@ def width_for(app: App, wide: bool) -> int | None:
 
 
 def _lines(app: App, records: list[JobRecord], statuses: dict[str, dict[str, Any]], known_ids: list[str],
-           width: int | None) -> list[str]:
+           width: int | None, single: bool = False) -> list[str]:
+    """The table; for one job asked by name (``single``) its row without REASON, and under
+    it the whole reason and any note (``progress.detail_lines``)."""
     rows = [StatusRow(r.job_id, progress_of(app, r, statuses[r.job_id]), r.hosts,
                       clean(str(statuses[r.job_id].get("reason") or ""))) for r in records]
-    return status_lines(rows, width, known_ids)
+    if not single:
+        return status_lines(rows, width, known_ids)
+    details = [line for row in rows for line in detail_lines(row, width)]
+    return status_lines(rows, width, known_ids, reasons=False) + details
 
 
 def _text(lines: list[str]) -> Text:
@@ -160,8 +165,10 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
     estimate for hosts with a price (orch hosts add ... --price-per-hour).
 
     The table fits the terminal: job ids are shortened to their shortest unique prefix
-    (usable with every command) and the least important columns are left out; --wide
-    shows full ids and every column.
+    (usable with every command), reasons cut with "…" and the least important columns
+    left out; --wide shows full ids and every column. For one JOB the whole reason is
+    printed under its row. ELAPSED counts from the first attempt's start; a resumed job
+    whose script began again from an earlier step shows "(started over)".
 
     \b
     Examples:
@@ -196,7 +203,7 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
         if found is not None:  # one row per combination of the sweep
             rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
             return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(app, wide), known_ids)
-        return _lines(app, records, statuses, known_ids, width_for(app, wide))
+        return _lines(app, records, statuses, known_ids, width_for(app, wide), single=bool(job))
 
     if not watch:
         _print(render(refresh(app, records)))

@@ -57,9 +57,11 @@ class JobProgress:
     loss: float | None
     eval_loss: float | None
     tokens_per_s: float | None
-    elapsed_s: float
+    elapsed_s: float  # since the first attempt started (``first_started``), else since this one did
     eta_s: float | None
     cost: float | None
+    started_over_at: int | None = None  # a resumed job whose newest step is below the step it resumed from:
+    resumed_from_step: int | None = None  # the script started over (its newest step; the highest step before)
 
     @classmethod
     def from_dict(cls, data: Any) -> "JobProgress | None":
@@ -68,7 +70,7 @@ class JobProgress:
         names = {f.name for f in fields(cls)}
         if not isinstance(data, dict) or set(data) != names or not isinstance(data["state"], str):
             return None
-        ints = ("nodes", "step", "total")  # nodes and elapsed_s are never None
+        ints = ("nodes", "step", "total", "started_over_at", "resumed_from_step")  # nodes, elapsed_s never None
         if not all(type(data[n]) is int or (data[n] is None and n != "nodes") for n in ints):
             return None
         floats = names - {"state", *ints}
@@ -76,8 +78,21 @@ class JobProgress:
             return None
         return cls(**data)
 
+    @property
+    def succeeded(self) -> bool:
+        return self.state.split(" ", 1)[0] == "succeeded"
+
+    def step_text(self) -> str:
+        """``step/total`` (or the step alone). A succeeded job's step is shown as its total when
+        one is known (the last step a script logs can lag its end); ``step`` itself stays what
+        was logged."""
+        if self.succeeded and self.total and self.step is not None and self.step <= self.total:
+            return f"{self.total}/{self.total}"
+        return "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+
     def cells(self) -> list[str]:
-        step = "" if self.step is None else f"{self.step}/{self.total}" if self.total else str(self.step)
+        """The row's cells in ``STATUS_COLUMNS``' order between JOB and HOST."""
+        step = self.step_text()
         loss = f"{self.loss:.4f}" if self.loss is not None else (f"eval {self.eval_loss:.4f}" if self.eval_loss is not None else "")
         tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s is not None else ""
         cost = f"{self.cost:.2f}" if self.cost is not None else ""
@@ -85,24 +100,36 @@ class JobProgress:
 
 
 # ``orch status``'s columns in display order (JobProgress.cells between JOB and HOST). Kept by
-# priority when the terminal is narrow: JOB, STATE, STEP, LOSS, ETA, then REASON (shortened
-# to fit, and only when some job has one), ELAPSED, TOK/S, NODES, HOST, COST; a column no
-# job has anything in comes after all of them. STATE is never shortened; a JOB id is cut
-# (with "…") only when JOB and STATE alone do not fit.
+# priority when the terminal is narrow: JOB, STATE, STEP, then REASON (24 cells when that
+# fits, else down to 12, cut with "…", and only when some job has one: a failed job's
+# reason matters more than the others' loss),
+# LOSS, ETA, ELAPSED, TOK/S, NODES, HOST, COST; a column no job has anything in comes after
+# all of them. STATE is never shortened; a JOB id is cut (with "…") only when JOB and STATE
+# alone do not fit.
 STATUS_COLUMNS = [
     Column("JOB", 0, required=True, min_width=8),
     Column("STATE", 1, required=True),
     Column("NODES", 8, right=True),
     Column("STEP", 2, right=True),
-    Column("LOSS", 3, right=True),
+    Column("LOSS", 4, right=True),
     Column("TOK/S", 7, right=True),
-    Column("ETA", 4, right=True),
+    Column("ETA", 5, right=True),
     Column("ELAPSED", 6, right=True),
     Column("COST", 10, right=True),
     Column("HOST", 9),
-    Column("REASON", 5, min_width=12),
+    Column("REASON", 3, min_width=12, want_width=24),  # last: status_lines(reasons=False) drops it
 ]
 WIDE_REASON = 200  # cells of a reason shown by --wide (a server's reason is not a log)
+_RANK_PREFIX = re.compile(r"^rank \d+ on node \d+: ")  # supervisor/failure.py's reason, as the table shows it
+_FULL_LOG = re.compile(r";? *full log: orch logs \S+$")
+
+
+def table_reason(reason: str, nodes: int) -> str:
+    """A reason as the REASON column shows it: the failure line's pointer to the log dropped
+    (``orch logs JOB`` is known), and on a one-node job its ``rank R on node N:`` head (the
+    exception comes first). The whole reason is in ``orch status JOB`` and ``--json``."""
+    short = _FULL_LOG.sub("", reason)
+    return (_RANK_PREFIX.sub("", short) if nodes == 1 else short) or reason
 
 
 @dataclass(frozen=True)
@@ -115,43 +142,93 @@ class StatusRow:
     reason: str
 
 
-def status_lines(rows: Sequence[StatusRow], width: int | None, known_ids: Iterable[str] | None = None) -> list[str]:
+def status_lines(rows: Sequence[StatusRow], width: int | None, known_ids: Iterable[str] | None = None,
+                 reasons: bool = True) -> list[str]:
     """``orch status`` as lines of plain text (header first), each at most ``width`` cells.
 
     ``width=None`` is ``--wide``: full job ids and every column. Otherwise job ids are
     shortened to their shortest unique prefix among ``known_ids`` (default: the rows'
     ids; pass every registry id so the prefix works with ``Registry.get``) and columns are
-    kept by ``STATUS_COLUMNS``' priorities (``table.fit``)."""
+    kept by ``STATUS_COLUMNS``' priorities (``table.fit``), the reasons shortened
+    (``table_reason``). ``reasons=False`` leaves the REASON column out (``orch status JOB``
+    prints the reason whole under the row: ``detail_lines``)."""
     ids = {r.job_id: r.job_id for r in rows} if width is None \
         else short_ids([*(known_ids or ()), *(r.job_id for r in rows)])
-    cells = [[ids[r.job_id], *r.progress.cells(), ",".join(r.hosts), r.reason[:WIDE_REASON]] for r in rows]
-    return fit(STATUS_COLUMNS, cells, width)
+    cells = [[ids[r.job_id], *r.progress.cells(), ",".join(r.hosts),
+              (r.reason if width is None else table_reason(r.reason, r.progress.nodes))[:WIDE_REASON]]
+             for r in rows]
+    if reasons:
+        return fit(STATUS_COLUMNS, cells, width)
+    return fit(STATUS_COLUMNS[:-1], [row[:-1] for row in cells], width)
+
+
+def detail_lines(row: StatusRow, width: int | None) -> list[str]:
+    """What ``orch status JOB`` prints under its row: the whole reason (wrapped to ``width``;
+    one line when None) and a started-over note."""
+    import textwrap
+
+    out = []
+    if row.reason:
+        text = "reason: " + " ".join(row.reason.split())
+        out += [text] if width is None else textwrap.wrap(text, max(width, 20), subsequent_indent="  ",
+                                                          break_on_hyphens=False)
+    note = started_over_note(row.progress)
+    if note:
+        out.append(f"note: {note}")
+    return out
 
 
 def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | None,
                price_per_hour: float | None, now: float | None = None) -> JobProgress:
     """Derive the status columns. ``total`` comes from the metrics (``total_steps``) when the
     trainer writes it, else from the caller (the spec's ``train.max_steps``). ETA assumes the
-    pace so far (step / time since the supervisor started) holds; only while running."""
+    pace so far (step / time since the supervisor started) holds; only while running.
+
+    Elapsed time counts from the first attempt's start (``first_started``, which the
+    supervisor writes for attempt > 1; ignored when later than ``started``), else from
+    this attempt's. A later attempt whose newest step is below ``resumed_from_step`` (the
+    highest step logged before it began) started over: the row's state says so and
+    ``started_over_at`` / ``resumed_from_step`` carry the two steps. Every field is the
+    server's, read as untrusted (a wrong type counts as absent)."""
     now = time.time() if now is None else now
     metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
     started = _num(status.get("started")) or created
+    first = _num(status.get("first_started"))
+    since = first if first is not None and first <= started else started
     ended = _num(status.get("ended"))
-    elapsed = max((ended or now) - started, 0.0)
+    elapsed = max((ended or now) - since, 0.0)
     step_value = _num(metrics.get("step"))
     step = int(step_value) if step_value is not None else None
     total_value = _num(metrics.get("total_steps"))
     total = int(total_value) if total_value else total
     eta = None
+    over_at, resumed_from = _started_over(status, step)
     state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "") \
-        + (" (unsupervised)" if status.get("unsupervised") else "")
+        + (" (unsupervised)" if status.get("unsupervised") else "") \
+        + (" (started over)" if over_at is not None else "")
     when = _num(metrics.get("time")) or now
     if status.get("state") == "running" and step and total and when > started:
         eta = (total - step) * (when - started) / step - (now - when)
         eta = max(eta, 0.0)
     cost = price_per_hour * nodes * elapsed / 3600 if price_per_hour is not None else None
     return JobProgress(state, nodes, step, total, _num(metrics.get("loss")), _num(metrics.get("eval_loss")),
-                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost)
+                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost, over_at, resumed_from)
+
+
+def _started_over(status: dict[str, Any], step: int | None) -> tuple[int | None, int | None]:
+    """(newest step, step resumed from) when a later attempt's newest step is below the step
+    it resumed from; else (None, None)."""
+    attempt, resumed = status.get("attempt"), _num(status.get("resumed_from_step"))
+    if type(attempt) is not int or attempt < 2 or resumed is None or step is None or step >= resumed:
+        return None, None
+    return step, int(resumed)
+
+
+def started_over_note(progress: JobProgress) -> str | None:
+    """``started over at step 380 (was 980 before the resume)``, or None."""
+    if progress.started_over_at is None:
+        return None
+    return f"started over at step {progress.started_over_at} (was {progress.resumed_from_step} before the resume)"
 
 
 class FollowBar:

@@ -12,6 +12,8 @@
 * a column with ``min_width`` may be shortened down to it, its cells cut with ``…``; the
   space left after the kept columns' minimums goes to such columns, most important first,
   up to their natural width; a column without ``min_width`` is never shortened;
+* a column with ``want_width`` too is taken that wide (at most its natural width) when that
+  fits, before less important columns are added: they get only the space left then;
 * ``width=None`` keeps every column at its natural width.
 
 Every returned line fits in ``width`` terminal cells (wide characters count twice) whenever
@@ -44,6 +46,7 @@ class Column:
     right: bool = False
     required: bool = False
     min_width: int | None = None
+    want_width: int | None = None
 
 
 def one_line(text: str) -> str:
@@ -82,9 +85,10 @@ def _least(columns: Sequence[Column], natural: list[int]) -> list[int]:
 def _choose(columns: Sequence[Column], natural: list[int], least: list[int], empty: list[bool],
             width: int) -> dict[int, int]:
     """The columns to keep, each with its starting width: required ones whole, the others
-    at their least — the longest run by importance that fits (no holes filled by lesser
-    columns, so what is shown does not jump about as rows change). Empty columns come last
-    and only into the space left once every kept column is whole."""
+    at their least (or their want when that fits) — the longest run by importance that
+    fits (no holes filled by lesser columns, so what is shown does not jump about as rows
+    change). Empty columns come last and only into the space left once every kept column
+    is whole."""
     kept = {i: natural[i] for i, c in enumerate(columns) if c.required}
     gaps = len(GAP) * max(len(kept) - 1, 0)
     used, whole = sum(kept.values()) + gaps, sum(kept.values()) + gaps
@@ -92,10 +96,14 @@ def _choose(columns: Sequence[Column], natural: list[int], least: list[int], emp
         if i in kept:
             continue
         gap = len(GAP) if kept else 0
-        if (whole if empty[i] else used) + gap + (natural[i] if empty[i] else least[i]) > width:
+        size = least[i]
+        want = columns[i].want_width
+        if want is not None and not empty[i] and used + gap + min(natural[i], max(want, size)) <= width:
+            size = min(natural[i], max(want, size))
+        if (whole if empty[i] else used) + gap + (natural[i] if empty[i] else size) > width:
             break
-        kept[i] = least[i]
-        used, whole = used + gap + least[i], whole + gap + natural[i]
+        kept[i] = size
+        used, whole = used + gap + size, whole + gap + natural[i]
     return kept
 
 

@@ -42,6 +42,7 @@ class FetchSummary:
     bytes: int = 0
     patterns: list[str] = field(default_factory=list)
     unselected: list[Entry] = field(default_factory=list)
+    here: set[str] = field(default_factory=set)  # unselected names an earlier fetch verified here (--include)
     ended: bool = True
     states: list[str] = field(default_factory=list)  # each node's job state, as its manifest said
     checkpoints: dict[str, set[str]] = field(default_factory=dict)  # verified.CheckpointFolders.listed
@@ -61,7 +62,8 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     job every node is asked in host order and a path is taken from the first node that has
     it (outputs come from whichever node holds torch's rank 0; each node's logs have their
     own names). The destination is marked as orch's (``runs.MARKER``), so it is never synced
-    back. The summary says what was not selected, for ``describe_unselected``. A checkpoint
+    back. The summary says what was not selected (``nothing_selected``, ``unfetched``) and which
+    of that an earlier fetch brought here already (``here``). A checkpoint
     folder lands whole (``verified.CheckpointFolders``). ``remotes``: open connections to
     the nodes, in host order, used instead of new ones; ``tell=False`` leaves the ``fetched``
     request to the caller (``orch fetch --watch``, watch.py)."""
@@ -111,6 +113,8 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             continue
         if not spec.match_file(entry.local):
             summary.unselected.append(entry)
+            if state.known(entry.local, dest / entry.local, entry.size, entry.sha256):
+                summary.here.add(entry.local)
             continue
         taken.add(entry.local)
         selected.append(entry)

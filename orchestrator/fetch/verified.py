@@ -48,6 +48,15 @@ class FetchState:
         self.told: set[str] = {t for t in told if isinstance(t, str)} if isinstance(told, list) else set()
         self.dirty = False
 
+    def known(self, name: str, local: Path, size: int, sha256: str) -> bool:
+        """True when ``local`` is a file an earlier fetch verified with ``size`` and ``sha256``
+        and its size and mtime have not moved since (never hashes)."""
+        try:
+            st = local.stat()
+        except OSError:
+            return False
+        return self.files.get(name) == [st.st_size, st.st_mtime_ns, sha256] and st.st_size == size
+
     def has(self, name: str, local: Path, size: int, sha256: str) -> bool:
         """True when ``local`` holds ``size`` bytes with ``sha256`` (hashed only when its size
         or mtime moved since it was verified)."""

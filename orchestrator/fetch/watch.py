@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 from orchestrator.access.connect import open_transport
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
-from orchestrator.fetch import kit
+from orchestrator.fetch import kit, unfetched
 from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
@@ -211,6 +211,12 @@ class Watch:
             return None
         return nothing_selected(last, self.record.job_id)
 
+    def unfetched_lines(self) -> list[str]:
+        """What the job wrote that the last round's patterns did not select (``unfetched.lines``)."""
+        if self.last is None:
+            return []
+        return unfetched.lines(unfetched.unfetched(self.last.unselected, self.last.here), self.record.job_id)
+
     @contextmanager
     def alongside(self) -> Iterator[None]:
         """Rounds in a background thread while the body runs (``orch submit --follow
@@ -246,4 +252,6 @@ class Watch:
         if errors:
             raise errors[0]
         self.run()
+        for line in self.unfetched_lines():
+            self.say(line)
         self.say(self.describe())

@@ -142,8 +142,7 @@ def rows_for(app: App, found: Members, statuses: dict[str, dict[str, Any]],
         status = statuses[record.job_id]
         progress = progress_of(app, record, status)
         values = dict(entry.pairs())
-        step = "" if progress.step is None else f"{progress.step}/{progress.total}" if progress.total \
-            else str(progress.step)
+        step = progress.step_text()
         rows.append(SweepRow(entry.combination, [clean(values.get(k, "")) for k in keys], progress.state,
                              clean(",".join(record.hosts)), step, progress.loss,
                              best_eval(app, record, status, entry, progress.eval_loss, runs), record.job_id))

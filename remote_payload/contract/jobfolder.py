@@ -20,6 +20,14 @@ SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <
 NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
 DEEPSPEED_HOSTFILE = "deepspeed_hostfile"  # a multi-node deepspeed job's nodes, written by each node's supervisor
 FREE_PORT = "@free-port@"  # in a plan's argv: a TCP port free on the node, picked by its supervisor at start
+BASH_ENV = "bash_env.sh"  # what BASH_ENV names in a job: the job's front of PATH after a login shell
+# What orch itself writes into a job folder beside NOT_LISTED (the names a manifest may list that
+# no job wrote): its records, its logs, the metrics, the trainer config, the setup script, a
+# move's history, a Slurm job's script, record and cancel mark, the BASH_ENV file and a deepspeed
+# hostfile (supervisor/environment.py, supervisor/launchers.py). Top-level names starting with
+# "." are orch's too (markers, a move's staging).
+ORCH_WRITTEN = ("repro", "logs", "metrics.jsonl", "train.json", "setup.sh", "moves.json", "slurm.sh", "slurm.json",
+                "cancel.requested", BASH_ENV, DEEPSPEED_HOSTFILE)
 
 
 def sha256_file(path: str) -> str:

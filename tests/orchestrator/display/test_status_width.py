@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from orchestrator.display.progress import STATUS_COLUMNS, StatusRow, row_fields, status_lines
+from orchestrator.display.progress import STATUS_COLUMNS, StatusRow, row_fields, status_lines, table_reason
 from orchestrator.display.table import Column, fit, truncate
 from orchestrator.state.registry import Registry, short_ids
 from tests.support.orch import Orch, write_job
@@ -45,8 +45,8 @@ def _assert_fits(lines: list[str], width: int, states: list[str]) -> None:
 
 
 @pytest.mark.parametrize("width, headers", [
-    (80, ["JOB", "STATE", "STEP", "LOSS", "ETA"]),
-    (100, ["JOB", "STATE", "STEP", "LOSS", "ETA", "ELAPSED", "REASON"]),
+    (80, ["JOB", "STATE", "STEP", "REASON"]),  # a failed job's reason before the others' loss
+    (100, ["JOB", "STATE", "STEP", "LOSS", "REASON"]),  # REASON at its wanted 24 cells: no room for ETA
     (160, ALL_HEADERS),
 ])
 def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -> None:
@@ -60,8 +60,9 @@ def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -
     if width == 160:
         assert "a100,a100-2" in lines[1] and " 5.50 " in lines[1] and "job exited with code 1: CUDA" in lines[3]
         assert lines[3].endswith("…") and "\n" not in lines[3]
-    if width == 100:
-        assert lines[3].endswith("  job exited…")
+    if width <= 100:  # the reason cut to fit, with "…"
+        shown = lines[3][lines[0].index("REASON"):]
+        assert shown.endswith("…") and len(shown) > 8 and rows[2].reason.startswith(shown[:-1]), lines[3]
 
 
 def test_a_queued_job_shows_its_place_and_still_fits_80_columns() -> None:
@@ -126,43 +127,60 @@ def test_fit_cuts_only_shrinkable_columns_and_counts_wide_characters() -> None:
 METRICS = """import json, os, sys
 with open(os.path.join(os.environ["ORCH_JOB_DIR"], "metrics.jsonl"), "w") as f:
     f.write(json.dumps({"step": 5, "total_steps": 10, "loss": 0.5, "tokens_per_s": 1234.0}) + "\\n")
-sys.exit(int(sys.argv[1]))
+if sys.argv[1] != "0":
+    raise RuntimeError("the data loader ran out of shards at epoch 2 while prefetching batch 17")
 """
+LONG_NAME = "tiny-lora-warmup-cosine-sweep-b"  # job ids of 52 characters, shown as 46
 
 
 def test_status_fits_80_100_160_columns_through_the_cli(orch: Orch) -> None:
+    """Real jobs of a long name, one failed: every row fits, REASON is there even at 80
+    columns (cut with "…"; its log pointer and one-node rank head left out), succeeded jobs
+    show their step total, and `orch status JOB` prints the whole reason within the width."""
     jobs = []
     for code in (0, 0, 3):
-        spec = write_job(orch.cwd, "tiny", "local", ["python", "m.py", str(code)])
+        spec = write_job(orch.cwd, LONG_NAME, "local", ["python", "m.py", str(code)])
         (orch.cwd / "ws" / "m.py").write_text(METRICS)
         proc = orch("submit", str(spec), "--follow", "--json", check=1 if code else 0)
         jobs.append(re.search(r'"job_id": "([^"]+)"', proc.stdout).group(1))
     states = ["succeeded", "succeeded", "failed"]
     reason = orch.json("status", jobs[2])["reason"]
-    assert reason and "3" in reason
-    for width, dropped in ((80, ["HOST", "COST"]), (100, ["COST"]), (160, [])):  # ETA, COST: empty
+    assert "RuntimeError: the data loader ran out of shards" in reason and reason.startswith("rank 0 on node 0: ")
+    in_table = table_reason(reason, 1)
+    assert in_table.startswith("RuntimeError: the data loader") and "orch logs" not in in_table
+    for width in (80, 100, 160):
         out = orch("status", env={"COLUMNS": str(width)}).stdout
         lines = out.splitlines()
         assert len(lines) == 4 and all(cell_len(line) <= width for line in lines), out
         headers = lines[0].split()
-        assert {"JOB", "STATE", "STEP", "LOSS", "REASON"} <= set(headers), out
-        assert not set(dropped) & set(headers), out
+        assert {"JOB", "STATE", "STEP", "REASON"} <= set(headers) and "ETA" not in headers, out  # ETA: all ended
         for line, job, state in zip(lines[1:], jobs, states):
             short = line.split()[0]
             assert job.startswith(short) and len(short) < len(job) and line.split()[1] == state, out
-            assert " 5/10 " in line and " 0.5000 " in line, out
+            assert (" 10/10" if state == "succeeded" else " 5/10 ") in f"{line} ", out  # a succeeded job: its total
+            if "LOSS" in headers:
+                assert " 0.5000" in line, out
             if width == 80:
                 assert orch.json("status", short)["job_id"] == job  # the shown prefix works as an id
-        if width >= 100:  # the reason, whole or cut to fit
-            shown = lines[3].split(" local  ", 1)[1]
-            assert shown == reason or (shown.endswith("…") and reason.startswith(shown[:-1])), out
+        shown = lines[3][lines[0].index("REASON"):]
+        cut = shown.endswith("…") and len(shown) >= 12 and in_table.startswith(shown[:-1])
+        assert shown == in_table or cut, out
         if width == 160:
-            assert {"NODES", "TOK/S", "ELAPSED", "HOST"} <= set(headers), out
+            assert {"TOK/S", "ELAPSED", "LOSS"} <= set(headers), out
         watched = orch("status", "-w", "--iterations", "1", env={"COLUMNS": str(width)}).stdout
         assert watched.splitlines() == lines  # -w renders the same table (finished jobs: nothing moves)
 
+    one = orch("status", jobs[2], env={"COLUMNS": "80"}).stdout.splitlines()
+    assert all(cell_len(line) <= 80 for line in one) and "REASON" not in one[0] and one[1].split()[1] == "failed"
+    detail = one[2:]
+    assert detail[0].startswith("reason: ") and len(detail) > 1
+    assert all(line.startswith("  ") for line in detail[1:])
+    assert " ".join(line.strip() for line in detail) == f"reason: {reason}"  # whole, wrapped at 80
+    assert len(orch("status", jobs[0], env={"COLUMNS": "80"}).stdout.splitlines()) == 2  # no reason: the row alone
+
     wide = orch("status", "--wide", env={"COLUMNS": "80"}).stdout.splitlines()
     assert wide[0].split() == ALL_HEADERS and [line.split()[0] for line in wide[1:]] == jobs
+    assert wide[3].endswith(reason)  # --wide: the reason as the server said it
     orch.env.pop("COLUMNS", None)
     assert orch("ls").stdout.splitlines() == wide  # piped without COLUMNS: whole rows for scripts
 
@@ -182,3 +200,12 @@ def test_an_ambiguous_prefix_lists_its_matches(orch: Orch) -> None:
     proc = orch("show", "pair", check=2)
     assert proc.stderr.strip() == ("error: 'pair' matches several jobs (2): pair-20261129-101500-aaaa, "
                                    "pair-20261129-101500-bbbb; give more of the id")
+
+
+def test_a_wanted_width_is_taken_before_less_important_columns_when_it_fits() -> None:
+    columns = [Column("ID", 0, required=True), Column("WHY", 1, min_width=6, want_width=12),
+               Column("N", 2, right=True)]
+    rows = [["a", "a long reason to cut", "7"]]
+    assert fit(columns, rows, 18) == ["ID  WHY", "a   a long reason…"]  # WHY at its want: no room left for N
+    assert fit(columns, rows, 14) == ["ID  WHY      N", "a   a long…  7"]  # the want does not fit: the minimum, N too
+    assert fit(columns, [["a", "short", "7"]], 12) == ["ID  WHY    N", "a   short  7"]  # never wider than natural

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.checks.laptop import laptop_checks
+from orchestrator.checks.laptop import laptop_report
 from orchestrator.checks.preflight import Needs, preflight
 from orchestrator.checks.verdict import blockers, table
 from orchestrator.cli.app import App, pass_app
@@ -36,8 +36,10 @@ def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:
 def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     """Validate a job file; exit 2 with file:line:column and the field when it is invalid,
     when the workspace folder is missing, or when launch.command runs a workspace file that
-    will not be synced (missing, or excluded: the message names the ignore rule).
-    With --remote, also check each host can run it (exit 4 on a blocker).
+    will not be synced (missing, or excluded: the message names the ignore rule and the
+    .orchignore line that brings it back). Warns (exit 0) about files its arguments name that
+    will not be synced or are not in the workspace, and about outputs: that orch fetch would
+    miss. With --remote, also check each host can run it (exit 4 on a blocker).
 
     \b
     Examples:
@@ -47,8 +49,10 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     loaded = load_spec(spec_file)
     hosts = [h if isinstance(h, str) else h.name for h in loaded.spec.hosts]
     resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
-    laptop_checks(loaded)
+    warnings = laptop_report(loaded)
     check_hosts(loaded, resolved)
+    for warning in warnings:
+        app.say(f"warning: {warning}")
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
     if remote:

@@ -249,21 +249,23 @@ def _escape(path: str) -> str:
     return out
 
 
-def _negation(at: str) -> list[str]:
-    """Candidate lines that bring ``at`` back, the narrowest that is likely wanted first: a
-    folder ``!data/synth/`` (a top-level one anchored, ``!/data/``); a file by its folder and
-    extension (``!data/synth/*.bin``, so its siblings come too), then by its name."""
+def _negation(at: str, rule: Rule | None) -> list[str]:
+    """Candidate lines that bring ``at`` back, the one likely wanted first: a folder
+    ``!data/synth/`` (a top-level one anchored, ``!/data/``); a file left out by a wildcard
+    rule (``*.bin``) by its folder and extension (``!data/synth/*.bin``: its siblings come
+    too), else by its name."""
     if at.endswith("/"):
         name = at[:-1]
         return [f"!{'/' if '/' not in name else ''}{_escape(name)}/"]
     parent, base = posixpath.split(at)
     lead = f"{_escape(parent)}/" if parent else "/"
-    out = []
+    by_name = f"!{lead}{_escape(base)}"
     ext = posixpath.splitext(base)[1]
-    if ext and base != ext:
-        out.append(f"!{lead}*{_escape(ext)}")
-    out.append(f"!{lead}{_escape(base)}")
-    return out
+    if not ext or base == ext:
+        return [by_name]
+    by_ext = f"!{lead}*{_escape(ext)}"
+    wildcard = rule is not None and bool(re.search(r"[*?\[]", rule.pattern))
+    return [by_ext, by_name] if wildcard else [by_name, by_ext]
 
 
 def why(rules: IgnoreRules, rel: str, is_dir: bool = False) -> Exclusion | None:
@@ -281,7 +283,7 @@ def why(rules: IgnoreRules, rel: str, is_dir: bool = False) -> Exclusion | None:
     blocked: tuple[str, int | None] | None = first
     for _ in range(rel.count("/") + 2):
         assert blocked is not None
-        for line in _negation(blocked[0]):
+        for line in _negation(blocked[0], rules.rule(blocked[1])):
             after = _blocker(rules.with_lines(fix + (line,)), rel, is_dir)
             if after is None or after[0] != blocked[0]:  # this obstacle is gone: keep the line
                 fix, blocked = fix + (line,), after

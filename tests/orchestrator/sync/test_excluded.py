@@ -207,3 +207,30 @@ def test_a_failed_status_is_explained_from_the_recorded_job_file(ws: Path) -> No
     assert excluded.explained_status(shown, "/r/jobs/J", str(spec)) == shown  # once only
     assert excluded.explained_status(dict(status, state="running"), "/r/jobs/J", str(spec))["reason"] == REASON
     assert excluded.explained_status(status, "/r/jobs/J", str(ws / "gone.yaml")) == status
+
+
+def test_a_huge_excluded_folder_does_not_starve_the_others(tmp_path: Path) -> None:
+    root = files(tmp_path / "ws", {**{f".venv/m{i}.py": 1 for i in range(200)}, "data/big.bin": 5 << 20, "a.py": 1})
+    (root / ".gitignore").write_text(".venv/\ndata/\n")
+    _, skipped = chosen(root)
+    summary = excluded.summarize(root, skipped, budget=40)
+    assert not summary.complete
+    assert summary.largest[0] == excluded.Folder("data/", 1, 5 << 20)
+
+
+def test_a_folder_brought_back_can_be_narrowed_as_in_git(tmp_path: Path) -> None:
+    """README's recipe: `!/data/` brings the folder back, then `data/*` and `!data/synth/` keep
+    only data/synth/ of it."""
+    root = files(tmp_path / "ws", {"data/synth/train.bin": 1, "data/other/x.bin": 1, "data/top.txt": 1, "a.py": 1})
+    (root / ".gitignore").write_text("data/\n")
+    (root / ".orchignore").write_text("!data/synth/train.bin\n")
+    assert chosen(root)[0] == {".gitignore", ".orchignore", "a.py"}
+    (root / ".orchignore").write_text("!/data/\ndata/*\n!data/synth/\n")
+    assert chosen(root)[0] == {".gitignore", ".orchignore", "a.py", "data/synth/train.bin"}
+
+
+def test_only_the_top_level_gitignore_is_read_and_anchoring_follows_gitignore(tmp_path: Path) -> None:
+    root = files(tmp_path / "ws", {"sub/a.txt": 1, "sub/data/x.csv": 1, "data/y.csv": 1, "deep/__pycache__/m.pyc": 1})
+    (root / "sub" / ".gitignore").write_text("*.txt\n")
+    (root / ".gitignore").write_text("/data/\n__pycache__/\n")
+    assert chosen(root)[0] == {".gitignore", "sub/.gitignore", "sub/a.txt", "sub/data/x.csv"}

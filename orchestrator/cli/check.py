@@ -36,10 +36,12 @@ def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:
 def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     """Validate a job file; exit 2 with file:line:column and the field when it is invalid,
     when the workspace folder is missing, or when launch.command runs a workspace file that
-    will not be synced (missing, or excluded: the message names the ignore rule and the
-    .orchignore line that brings it back). Warns (exit 0) about files its arguments name that
-    will not be synced or are not in the workspace, and about outputs: that orch fetch would
-    miss. With --remote, also check each host can run it (exit 4 on a blocker).
+    will not be synced (missing, or excluded: the message names the ignore rule).
+    With --remote, also check each host can run it (exit 4 on a blocker).
+
+    An excluded file's message also gives the .orchignore line that brings it back. Warnings
+    (exit 0): files or folders the command's arguments name that will not be synced or are
+    not in the workspace, and outputs: that orch fetch would miss.
 
     \b
     Examples:

@@ -33,11 +33,11 @@ from orchestrator.sync.selection import EXCLUDE, IgnoreRules, Rule, Skipped
 SIZE_BUDGET = 10_000  # directory entries the sizing of excluded folders may look at, in all (~10-30 ms)
 SHOWN_RULES = 3
 SHOWN_FOLDERS = 3
-WIDTH = 78  # a summary line's most characters (an 80-column terminal)
+WIDTH = 74  # a summary line's most characters: with say's "orch: " it fits 80 columns
 JUNK = frozenset({"__pycache__", ".DS_Store", ".ipynb_checkpoints", ".pytest_cache", ".mypy_cache"})
 _SPECIAL = re.compile(r"([\\*?\[])")
-_MISSING = re.compile(
-    r"(?:No such file or directory: |can't open file |FileNotFoundError: [^'\"]{0,200}?)(['\"])(?P<path>[^'\"\n]{1,1000})\1")
+_MISSING = re.compile(r"(?:No such file or directory: |can't open file |FileNotFoundError: [^'\"]{0,200}?)"
+                      r"(['\"])(?P<path>[^'\"\n]{1,1000})\1")
 
 
 def mb(n: int) -> str:

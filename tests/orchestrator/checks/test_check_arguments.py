@@ -28,9 +28,9 @@ def job(orch: Orch, command: list[str], outputs: list[str] | None = ["out/"], se
 def ws(orch: Orch) -> Path:
     """nanoGPT's layout: `*.bin` on line 6 of .gitignore; data/synth/{prepare.py,train.bin,val.bin}."""
     root = orch.cwd / "ws"
-    for rel, text in {"train.py": "print(1)\n", "data/synth/prepare.py": "print(2)\n", "data/synth/train.bin": "t" * 100,
-                      "data/synth/val.bin": "v" * 10, "config/train_synth.py": "x = 1\n",
-                      "data/raw/a.txt": "a"}.items():
+    for rel, text in {"train.py": "print(1)\n", "data/synth/prepare.py": "print(2)\n",
+                      "data/synth/train.bin": "t" * 100, "data/synth/val.bin": "v" * 10,
+                      "config/train_synth.py": "x = 1\n", "data/raw/a.txt": "a"}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     (root / ".gitignore").write_text("# from nanoGPT\n__pycache__/\n.DS_Store\n\nraw/\n*.bin\n")
@@ -69,8 +69,9 @@ def test_an_argument_naming_excluded_files_names_the_rule_and_the_line_that_brin
 def test_a_relative_path_that_is_nowhere_is_a_warning_with_a_guess(orch: Orch, ws: Path) -> None:
     found = warnings(orch, job(orch, ["python", "train.py", "--data=data/synth/trian.bin", "config/missing.yaml"]))
     assert len(found) == 2
-    assert (f"launch.command: data/synth/trian.bin is not in the workspace {ws} (did you mean 'data/synth/train.bin'?), "
-            "nor left out by an ignore rule: the job will not find it unless it makes it") in found[0]
+    assert (f"launch.command: data/synth/trian.bin is not in the workspace {ws} (did you mean "
+            "'data/synth/train.bin'?), nor left out by an ignore rule: the job will not find it unless it makes it"
+            ) in found[0]
     assert "job.yaml:6:66: launch.command: config/missing.yaml is not in the workspace" in found[1]
 
 

@@ -81,7 +81,8 @@ def test_a_list_command_points_at_the_argument(orch: Orch, ws: Path) -> None:
     ("python -u secret.py", [], "secret.py is excluded by .orchignore:1 'secret.py'; add '!/secret.py' to .orchignore"),
     ("python local.py", ["local.py"],
      "local.py is excluded by workspace.exclude[0] 'local.py'; take 'local.py' out of workspace.exclude"),
-    ("bash run.sh", ["*.sh"], "run.sh is excluded by workspace.exclude[0] '*.sh'; take '*.sh' out of workspace.exclude"),
+    ("bash run.sh", ["*.sh"],
+     "run.sh is excluded by workspace.exclude[0] '*.sh'; take '*.sh' out of workspace.exclude"),
     ("python keep.py", ["keep.py"],
      "keep.py is excluded by workspace.exclude[0] 'keep.py'; take 'keep.py' out of workspace.exclude"),
     ("python -m tools", ["tools/"], "module tools (tools/__main__.py) is not synced: its folder tools/ is excluded by "

@@ -141,7 +141,7 @@ def test_the_summary_stays_short_and_narrow(tmp_path: Path) -> None:
     (root / ".gitignore").write_text("".join(f"*.tmp{i}\n" for i in range(8)) + "/" + "y" * 70 + "/\n")
     _, skipped = chosen(root)
     lines = excluded.summarize(root, skipped).lines()
-    assert len(lines) <= 6 and all(len(line) <= 78 for line in lines)
+    assert len(lines) <= 6 and all(len("orch: " + line) <= 80 for line in lines)
     assert "+5 more rule(s)" in lines[4]
 
 
@@ -182,7 +182,8 @@ def test_a_failure_on_an_excluded_file_names_the_file_the_rule_and_the_fix(ws: P
 
 
 @pytest.mark.parametrize("reason", [
-    "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: 'data/synth/nope.bin'",  # not on the laptop
+    # not on the laptop:
+    "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: 'data/synth/nope.bin'",
     "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: 'train.py'",  # synced
     "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: '/r/jobs/J/data/synth/train.bin'",
     "rank 0 on node 0: FileNotFoundError: [Errno 2] No such file or directory: '/etc/data/synth/train.bin'",

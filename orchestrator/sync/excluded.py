@@ -242,8 +242,9 @@ def _blocker(rules: IgnoreRules, rel: str, is_dir: bool) -> tuple[str, int | Non
 
 
 def _escape(path: str) -> str:
-    """``path`` as a literal gitignore pattern: wildcards and backslashes escaped, a leading
-    ``#`` or ``!`` escaped, a trailing space kept."""
+    """``path`` as a literal gitignore pattern after a ``!``: wildcards and backslashes
+    escaped, a trailing space kept (every fix is tried before it is offered, so a name this
+    misses gets no fix rather than a wrong one)."""
     out = _SPECIAL.sub(r"\\\1", path)
     if out.endswith(" "):
         out = out[:-1] + "\\ "

@@ -10,12 +10,30 @@
   ``python [opts] X``, ``bash|sh [opts] X.sh``, ``torchrun``/``accelerate launch [opts] X.py``,
   a relative program such as ``./run.sh``, or a module of the workspace (``python -m pkg.mod``
   needs ``pkg/mod.py`` or ``pkg/mod/__main__.py``). A file that is there but excluded names the
-  rule that excluded it and where that rule is written (.gitignore, .orchignore, workspace.exclude).
+  rule that excluded it (``.gitignore:3 'data/'``, ``workspace.exclude[0] '*.sh'``) and the
+  ``.orchignore`` line that brings it back (``sync/excluded.py``, ``why``).
 
-It is conservative: absolute paths, ``~``/``$`` paths, paths leaving the workspace, programs
-found on PATH, a relative python (``.venv/bin/python``), files whose name the job's ``setup``
-mentions (it may make them) and modules that are not the workspace's (``python -m
-http.server``) are never flagged; for forms it cannot parse with certainty it says nothing.
+``laptop_report`` does the same and returns warnings, which never stop anything:
+
+- an argument of ``launch.command`` that reads as a relative path of the workspace (it holds a
+  ``/`` or ends in a data or code extension, as itself or as the value after ``=``:
+  ``--data=data/synth/train.bin``) names a file the rules leave out, or a folder holding such
+  files: the rule and the ``.orchignore`` line that brings them; one that is neither in the
+  workspace nor left out by a rule is named too (the job will not find it unless it makes it)
+  — but not the value of an output option (``--out_dir``), whose files the job writes, nor a
+  name without a known extension whose first folder the workspace lacks (``gpt2/medium``,
+  ``meta-llama/Llama-2-7b``: a model id, not a path);
+- an output option's relative folder (``--out_dir=out``) that ``outputs:`` does not select, or,
+  without one, a ``launch.command`` job whose file leaves ``outputs:`` unwritten (the default
+  ``outputs/``, ``logs/``, ``metrics.jsonl``): its relative paths land in the job's ``code/``
+  folder (its working directory) and ``orch fetch`` brings back only what ``outputs:`` selects
+  there, by the path written (``code/out/x.pt`` as ``out/x.pt``: ``outputs: [out/]``).
+
+It is conservative: absolute paths (they can exist only on the server), ``~``/``$`` paths, URLs,
+paths leaving the workspace, programs found on PATH, a relative python (``.venv/bin/python``),
+files whose name the job's ``setup`` mentions (it may make them) and modules that are not the
+workspace's (``python -m http.server``) are never flagged; for forms it cannot parse with
+certainty it says nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +44,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pathspec
+
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import LoadedSpec
-from orchestrator.sync.selection import ignore_spec, select_files
+from orchestrator.sync import excluded
+from orchestrator.sync.selection import IgnoreRules, Skipped, select_files
 from remote_payload.contract import precision
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -39,7 +60,16 @@ TORCHRUN_FLAGS = frozenset({"--standalone", "--run-path", "--run_path", "--virtu
                             "--virtual_local_rank"})
 ACCELERATE_FLAGS = frozenset({"--cpu", "--multi_gpu", "--tpu", "--use_deepspeed", "--use_fsdp",
                               "--use_megatron_lm", "--use_xpu", "--debug", "-q", "--quiet"})
-IGNORE_FILES = (".gitignore", ".orchignore")  # in the order sync.ignore_spec reads them
+# What a path argument of a training command often ends in (data, weights, configs, code).
+PATH_EXTS = frozenset({".py", ".sh", ".bin", ".pt", ".pth", ".ckpt", ".safetensors", ".json", ".jsonl", ".yaml",
+                       ".yml", ".toml", ".cfg", ".ini", ".txt", ".csv", ".tsv", ".parquet", ".arrow", ".npy", ".npz",
+                       ".pkl", ".pickle", ".h5", ".hdf5", ".idx", ".model", ".tar", ".gz", ".zip", ".pb", ".onnx"})
+NOT_A_PATH = re.compile(r"[\s'\"`;|&<>()$*?\[\]{}:,]|^-|://")
+# An option whose value the job writes: its files are outputs, never inputs to look for.
+OUTPUT_OPTION = re.compile(r"^--?(o|out|output|save|log|logging|checkpoint|ckpt|result|dump|export|dest|tensorboard)"
+                           r"s?([_-]?(dir|path|folder|root|to|prefix))?$")
+DEFAULT_OUTPUTS = ("outputs/", "logs/", "metrics.jsonl")  # spec/model.py's default for outputs:
+SHOWN = 3  # names of files in a folder that a warning lists
 
 
 @dataclass(frozen=True)
@@ -53,8 +83,28 @@ class Ref:
     strict: bool = True
 
 
+@dataclass(frozen=True)
+class PathArg:
+    """An argument of ``launch.command`` that reads as a relative path: ``value`` (the whole
+    argument, or what follows ``=``), at argv ``index``, of ``option`` (``--data`` for
+    ``--data=x`` or ``--data x``; "" for a bare argument)."""
+
+    value: str
+    index: int
+    option: str = ""
+
+    @property
+    def output(self) -> bool:
+        return bool(OUTPUT_OPTION.match(self.option))
+
+
 def laptop_checks(loaded: LoadedSpec) -> None:
     """Raise ``SpecError`` for a missing workspace, a refused precision or a command whose file is not synced."""
+    laptop_report(loaded)
+
+
+def laptop_report(loaded: LoadedSpec) -> list[str]:
+    """``laptop_checks`` (raising the same errors), then the warnings (``file:line:col: field: ...``)."""
     refused = precision_problems(loaded)
     if refused:
         raise SpecError("\n".join(refused))
@@ -63,20 +113,33 @@ def laptop_checks(loaded: LoadedSpec) -> None:
         what = "does not exist" if not root.exists() else "is not a folder"
         raise SpecError(f"{loaded.locate(('workspace', 'path'))}: workspace.path: {root} {what}")
     command = loaded.spec.launch.command
-    refs = command_refs(command) if command else []
-    if not refs:
-        return
-    files = set(select_files(root, loaded.spec.workspace.exclude))
+    if not command:
+        return []
+    refs = command_refs(command)
+    args = path_args(command, {r.index for r in refs})
+    warnings = outputs_warnings(loaded, args)
+    if not refs and not args:
+        return warnings
+    skipped = Skipped()
+    files = set(select_files(root, loaded.spec.workspace.exclude, skipped))
+    rules = skipped.rules
+    assert rules is not None
     problems = []
     for ref in refs:
-        reason = _module_problem(ref, root, files, loaded) if ref.kind == "module" \
-            else _file_problem(ref, root, files, loaded)
+        reason = _module_problem(ref, root, files, rules) if ref.kind == "module" \
+            else _file_problem(ref, root, files, rules, loaded)
         if reason:
-            at = ("launch", "command", ref.index) if ("launch", "command", ref.index) in loaded.marks \
-                else ("launch", "command")
-            problems.append(f"{loaded.locate(at)}: launch.command: {reason}")
+            problems.append(f"{_at(loaded, ref.index)}: launch.command: {reason}")
     if problems:
         raise SpecError("\n".join(problems))
+    notes = [(arg, _arg_note(arg, root, files, skipped, rules, loaded)) for arg in args]
+    return [f"{_at(loaded, arg.index)}: launch.command: {note}" for arg, note in notes if note] + warnings
+
+
+def _at(loaded: LoadedSpec, index: int) -> str:
+    """``file:line:col`` of argv item ``index`` (a list command), else of ``launch.command``."""
+    key = ("launch", "command", index)
+    return loaded.locate(key if key in loaded.marks else ("launch", "command"))
 
 
 def precision_problems(loaded: LoadedSpec) -> list[str]:
@@ -176,17 +239,53 @@ def _launcher(argv: list[str], i: int, flags: frozenset[str], offset: int) -> li
     return [Ref("file", argv[i], offset + i)] if argv[i].endswith(".py") else []
 
 
-def _file_problem(ref: Ref, root: Path, files: set[str], loaded: LoadedSpec) -> str | None:
+def path_args(argv: list[str], skip: set[int]) -> list[PathArg]:
+    """The arguments of ``argv`` (past the program, leaving out the indices in ``skip``: the
+    script or module ``command_refs`` found) that read as relative paths."""
+    out = []
+    option = ""
+    for i, arg in enumerate(argv[1:], start=1):
+        given, option = option, ""
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            if not eq:
+                option = arg  # its value may be the next argument
+                continue
+        elif "=" in arg and re.match(r"^[A-Za-z_][\w.-]*=", arg):  # key=value (hydra, nanoGPT's configurator)
+            name, _, value = arg.partition("=")
+        else:
+            name, value = given, arg
+        if i not in skip and (_looks_like_path(value) or (OUTPUT_OPTION.match(name) and _looks_like_path(value + "/"))):
+            out.append(PathArg(value, i, name))
+    return out
+
+
+def _looks_like_path(value: str) -> bool:
+    """A relative path of the workspace, as far as one argument can tell: a ``/`` inside, or
+    a known extension; never absolute, ``~``, ``$``, a URL, a glob or shell text."""
+    if not value or value.startswith(("/", "~")) or NOT_A_PATH.search(value):
+        return False
+    rel = posixpath.normpath(value)
+    if rel in (".", "..") or rel.startswith("../"):
+        return False
+    return "/" in value or posixpath.splitext(value)[1].lower() in PATH_EXTS
+
+
+def _made_by_setup(rel: str, loaded: LoadedSpec) -> bool:
+    return posixpath.basename(rel.rstrip("/")) in (loaded.spec.setup or "")
+
+
+def _file_problem(ref: Ref, root: Path, files: set[str], rules: IgnoreRules, loaded: LoadedSpec) -> str | None:
     if ref.name.startswith(("/", "~")) or "$" in ref.name:
         return None
     rel = posixpath.normpath(ref.name)
-    if rel in (".", "..") or rel.startswith("../") or posixpath.basename(rel) in (loaded.spec.setup or ""):
+    if rel in (".", "..") or rel.startswith("../") or _made_by_setup(rel, loaded):
         return None
     if rel in files or any(f.startswith(rel + "/") for f in files):
         return None
-    excluded = exclusion(root, rel, loaded)
-    if excluded:
-        return f"{ref.name} is not synced: {excluded}"
+    found = _exclusion(root, rel, rules)
+    if found:
+        return found.text()
     if not ref.strict or (root / rel).exists() or (root / rel).is_symlink():
         return None
     close = difflib.get_close_matches(rel, sorted(files), n=1, cutoff=0.7)
@@ -194,7 +293,7 @@ def _file_problem(ref: Ref, root: Path, files: set[str], loaded: LoadedSpec) -> 
     return f"{ref.name} is not in the workspace {root}{hint}"
 
 
-def _module_problem(ref: Ref, root: Path, files: set[str], loaded: LoadedSpec) -> str | None:
+def _module_problem(ref: Ref, root: Path, files: set[str], rules: IgnoreRules) -> str | None:
     parts = ref.name.split(".")
     if not all(p.isidentifier() for p in parts):
         return None
@@ -203,9 +302,9 @@ def _module_problem(ref: Ref, root: Path, files: set[str], loaded: LoadedSpec) -
     if any(w in files for w in wanted):
         return None
     for path in wanted:
-        excluded = exclusion(root, path, loaded)
-        if excluded:
-            return f"module {ref.name} ({path}) is not synced: {excluded}"
+        found = _exclusion(root, path, rules)
+        if found:
+            return f"module {ref.name} ({path}) {found.cause()}; {found.remedy()}"
     top = parts[0]
     ours = f"{top}/__init__.py" in files or (len(parts) > 1 and f"{top}.py" in files)
     if not ours:
@@ -213,40 +312,77 @@ def _module_problem(ref: Ref, root: Path, files: set[str], loaded: LoadedSpec) -
     return f"-m {ref.name} needs {wanted[0]} or {wanted[1]}; the workspace {root} has {top}/ but neither"
 
 
-def exclusion(root: Path, rel: str, loaded: LoadedSpec) -> str | None:
-    """Why ``rel`` (a POSIX path under ``root``, there on disk) is left out of the sync, naming
-    the deciding rule and where it is written; ``None`` when it is not there or not excluded.
-    Like ``sync.select_files``, a folder that is excluded excludes everything under it."""
+def _exclusion(root: Path, rel: str, rules: IgnoreRules) -> excluded.Exclusion | None:
+    """Why ``rel``, there on disk under ``root``, is not synced; None when it is not there or not left out."""
     target = root / rel
     if not (target.exists() or target.is_symlink()):
         return None
-    parts = rel.split("/")
-    spec = ignore_spec(root, loaded.spec.workspace.exclude)
-    for n in range(1, len(parts) + 1):
-        sub = "/".join(parts[:n])
-        is_dir = n < len(parts) or target.is_dir()
-        if is_dir and parts[n - 1] == ".git":
-            return "a .git folder is never synced"
-        result = spec.check_file(sub + "/" if is_dir else sub)
-        if result.include:
-            what = f"its folder {sub}/ is" if n < len(parts) else "it is"
-            return f"{what} excluded by {_rule(root, result.index, loaded)}"
-    return None
+    return excluded.why(rules, rel, target.is_dir() and not target.is_symlink())
 
 
-def _rule(root: Path, index: int | None, loaded: LoadedSpec) -> str:
-    """``'data/' (.gitignore line 3)``: the pattern at ``index`` of ``sync.ignore_spec``'s
-    list (.gitignore lines, then .orchignore lines, then workspace.exclude)."""
-    sources: list[tuple[str, str]] = []
-    for name in IGNORE_FILES:
-        path = root / name
-        if path.is_file():
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-            sources += [(line, f"{name} line {n}") for n, line in enumerate(lines, start=1)]
-    for n, pattern in enumerate(loaded.spec.workspace.exclude):
-        line = loaded.marks.get(("workspace", "exclude", n), loaded.marks.get(("workspace", "exclude"), (0, 0)))[0]
-        sources.append((pattern, "workspace.exclude" + (f", line {line} of the job file" if line else "")))
-    if index is None or not 0 <= index < len(sources):
-        return "a rule of .gitignore, .orchignore or workspace.exclude"
-    pattern, where = sources[index]
-    return f"{pattern.strip()!r} ({where})"
+def _arg_note(arg: PathArg, root: Path, files: set[str], skipped: Skipped, rules: IgnoreRules,
+              loaded: LoadedSpec) -> str | None:
+    """The warning for one path argument, or None."""
+    rel = posixpath.normpath(arg.value)
+    if arg.output or _made_by_setup(rel, loaded):
+        return None  # the job writes it, or setup makes it
+    found = _exclusion(root, rel, rules)
+    if found is not None:
+        return f"{found.text()} (the job will not find it)"
+    if (root / rel).is_dir():
+        return _folder_note(rel, skipped, rules)
+    if rel in files or (root / rel).exists() or (root / rel).is_symlink():
+        return None
+    known = posixpath.splitext(rel)[1].lower() in PATH_EXTS
+    if not known and not (root / rel.split("/")[0]).exists():
+        return None  # gpt2/medium, org/model: a name, not a path of this workspace
+    others = sorted(files | {e.rel for e in skipped.excluded if not e.rel.endswith("/")})
+    close = difflib.get_close_matches(rel, others, n=1, cutoff=0.7)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return (f"{arg.value} is not in the workspace {root}{hint}, nor left out by an ignore rule: the job will "
+            f"not find it unless it makes it")
+
+
+def _folder_note(rel: str, skipped: Skipped, rules: IgnoreRules) -> str | None:
+    """A folder argument holding files the rules leave out (caches aside): how many, which
+    rules, and the lines that bring them."""
+    inside = [e for e in skipped.excluded if e.rel.startswith(rel + "/") and not excluded.is_junk(e.rel)]
+    if not inside:
+        return None
+    found = [x for x in (excluded.why(rules, e.rel.rstrip("/"), e.rel.endswith("/")) for e in inside[:50]) if x]
+    names = [e.rel[len(rel) + 1:] for e in inside]
+    listed = ", ".join(names[:SHOWN]) + (f" +{len(names) - SHOWN} more" if len(names) > SHOWN else "")
+    folders = sum(1 for e in inside if e.rel.endswith("/"))
+    count = " and ".join(part for part in (f"{len(inside) - folders} file(s)" if len(inside) > folders else "",
+                                           f"{folders} folder(s)" if folders else "") if part)
+    by = ", ".join(dict.fromkeys(str(x.rule) for x in found if x.rule))
+    fix = excluded.fix_for(found)
+    drop = tuple(dict.fromkeys(p for x in found for p in x.drop))
+    remedy = excluded.Exclusion(rel, rel, None, fix, drop).remedy() if fix or drop else "change those rules"
+    return (f"{rel}/ holds {count} that are not synced ({listed}), excluded by {by}; {remedy} "
+            f"(the job will not find them)")
+
+
+def outputs_warnings(loaded: LoadedSpec, args: list[PathArg]) -> list[str]:
+    """What ``orch fetch`` would miss of a ``launch.command`` job: an output option's relative
+    path that ``outputs:`` does not select, or, without one, ``outputs:`` left unwritten."""
+    outputs = list(loaded.spec.outputs)
+    select = pathspec.GitIgnoreSpec.from_lines(outputs)
+    shown = ", ".join(outputs) or "nothing"
+    out = []
+    for arg in args:
+        if not arg.output:
+            continue
+        rel = posixpath.normpath(arg.value)
+        folder = rel.rstrip("/") + "/"
+        if select.match_file(rel) or select.match_file(folder + "x"):
+            continue
+        wanted = folder if not posixpath.splitext(rel)[1] else rel
+        out.append(f"{_at(loaded, arg.index)}: outputs: the job writes {arg.value} ({arg.option}) in its working "
+                   f"directory (code/), which outputs: ({shown}) does not select, so orch fetch will not bring it "
+                   f"back: add {wanted!r} to outputs:")
+    if out or ("outputs",) in loaded.marks or tuple(outputs) != DEFAULT_OUTPUTS:
+        return out
+    return [f"{loaded.locate(('launch', 'command'))}: outputs: is the default ({shown}): the script runs in the "
+            "job's code/ folder, and what it writes to a relative path (out/ckpt.pt) is fetched only if outputs: "
+            "names it by that path: write outputs: in the job file, e.g. outputs: [out/, logs/, metrics.jsonl]"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.checks.laptop import laptop_checks
+from orchestrator.checks.laptop import laptop_report
 from orchestrator.checks.preflight import Needs, preflight
 from orchestrator.checks.verdict import blockers, table
 from orchestrator.cli.app import App, pass_app
@@ -42,6 +42,10 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     will not be synced (missing, or excluded: the message names the ignore rule).
     With --remote, also check each host can run it (exit 4 on a blocker).
 
+    An excluded file's message also gives the .orchignore line that brings it back. Warnings
+    (exit 0): files or folders the command's arguments name that will not be synced or are
+    not in the workspace, and outputs: that orch fetch would miss.
+
     \b
     Examples:
       orch check jobs/tiny-lora-local.yaml
@@ -50,8 +54,10 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     loaded = load_spec(spec_file)
     hosts = [h if isinstance(h, str) else h.name for h in loaded.spec.hosts]
     resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
-    laptop_checks(loaded)
+    warnings = laptop_report(loaded)
     check_hosts(loaded, resolved)
+    for warning in warnings:
+        app.say(f"warning: {warning}")
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     notes = launcher_notes(loaded.spec, Path(loaded.workspace_dir), loaded.spec.launch.nnodes or len(hosts))
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.checks.laptop import laptop_checks
+from orchestrator.checks.laptop import laptop_checks, laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
@@ -27,7 +27,8 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
 @click.option("--force", is_flag=True, help="Overwrite files that were edited on the server.")
 @click.option("--pull-remote-edits", is_flag=True,
               help="Copy files edited on the server (VSCode Remote) back into the local workspace first.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with job_id.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object with job_id (with --dry-run: the plan and what would be synced).")
 @click.option("-w", "--watch", is_flag=True,
               help="Also keep runs/<job_id>/ current while the job runs (orch fetch JOB --watch: outputs, "
                    "metrics, logs, each new complete checkpoint); with --follow, while the log streams.")
@@ -76,11 +77,15 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         raise UsageError("--sweep-name names a sweep: give --sweep KEY=V1,V2 or a sweep: block in the job file")
     if overrides:
         loaded = expand(loaded, [], overrides, None)[0].loaded
-    laptop_checks(loaded)  # the same checks as `orch check`, before connecting
+    for warning in laptop_report(loaded):  # the same checks as `orch check`, before connecting
+        app.say(f"warning: {warning}")
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
         done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
                       pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
         plan = done.plan
+        if dry_run and as_json:  # the plan with what would be synced and what the ignore rules leave out
+            app.json({"dry_run": True, "plan": plan.model_dump(mode="json"), "selection": done.selection})
+            return
         if dry_run:
             click.echo(plan_text(plan))
             if plan.slurm is not None:  # the exact script sbatch gets, after the plan
@@ -88,7 +93,8 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                 click.echo(plan.slurm["script"], nl=False)
             return
         result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
-                  "state": "pending", "sync": done.sync_summary}
+                  "state": "pending", "sync": done.sync_summary,
+                  "excluded": done.selection["excluded"] if done.selection else None}
         if not watch:
             report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
             return

@@ -23,7 +23,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.helper.session import StreamCall
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import logcache
-from orchestrator.jobs.nodes import aggregate, nodes_of, parallel, probe
+from orchestrator.jobs.nodes import job_status, nodes_of, parallel, probe
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import CleanDecoder
 from orchestrator.transport.base import never
@@ -192,7 +192,7 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
 
         finals = parallel(one, list(range(len(hosts))))
     if len(finals) == len(hosts) and all(f is not None for f in finals):  # every end frame carried a terminal status
-        status = aggregate(finals if len(record.hosts) > 1 else finals[:1])  # type: ignore[arg-type]
+        status = job_status(record, finals if len(record.hosts) > 1 else finals[:1])  # type: ignore[arg-type]
         registry.update(record.job_id, status["state"], status)
     elif follow:
         status = probe(record, inventory, registry)

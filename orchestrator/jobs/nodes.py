@@ -20,6 +20,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.state import reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.sync.excluded import explained_status
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINAL
 
@@ -84,6 +85,13 @@ def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
         codes = [s.get("exit_code") for s in per_node]
         out["exit_code"] = next((c for c in codes if c not in (0, None)), codes[0])
     return out
+
+
+def job_status(record: JobRecord, per_node: list[dict[str, Any]]) -> dict[str, Any]:
+    """``aggregate`` of the nodes' statuses, with a failure on a file the laptop's ignore rules
+    left out explained in ``reason`` (``sync/excluded.py``, ``explained_status``): the one
+    place a job's status is made before it is recorded and shown (status, logs -f, --follow)."""
+    return explained_status(aggregate(per_node), record.job_dir, record.spec_path)
 
 
 def _stop_stragglers(record: JobRecord, hosts: list[Host], inventory: Inventory,
@@ -155,7 +163,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
             out[r.job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
             continue
         per_node = _stop_stragglers(r, nodes_of(r, inventory), inventory, per_node)  # type: ignore[arg-type]
-        status = aggregate(per_node)  # type: ignore[arg-type]
+        status = job_status(r, per_node)  # type: ignore[arg-type]
         registry.update(r.job_id, status["state"], status)
         out[r.job_id] = dict(status, job_id=r.job_id)
     return out
@@ -165,7 +173,7 @@ def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[s
     """The job's aggregated status, asked of every node now (raises if a node is unreachable)."""
     hosts = nodes_of(record, inventory)
     per_node = parallel(lambda h: statuses(h, inventory, [record.job_id])[record.job_id], hosts)
-    status = aggregate(_stop_stragglers(record, hosts, inventory, per_node))
+    status = job_status(record, _stop_stragglers(record, hosts, inventory, per_node))
     registry.update(record.job_id, status["state"], status)
     return status
 

@@ -30,6 +30,7 @@ from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
 from orchestrator.spec.load import LoadedSpec, parse_spec
 from orchestrator.state import runs
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
+from orchestrator.sync import excluded
 from orchestrator.sync import record as synccache
 from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
@@ -45,6 +46,7 @@ class Submitted:
     sync_summary: dict[str, Any] | None
     warnings: list[str]
     remotes: dict[str, Remote] = field(default_factory=dict)  # by host name, open while ``keep`` is
+    selection: dict[str, Any] | None = None  # files, bytes, and what the ignore rules left out (excluded.Summary)
 
 
 def submission_key(loaded: LoadedSpec, hosts: list[Host]) -> str:
@@ -133,10 +135,14 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     files = selection.select_files(workspace, spec.workspace.exclude, skipped)
     warnings = selection.warnings_for(files, skipped)
     project = selection.project_name(workspace)
+    left_out = excluded.summarize(workspace, skipped)
+    chosen = {"files": len(files), "bytes": sum(f.size for f in files.values()), "excluded": left_out.as_json()}
     if dry_run:
-        say(f"would sync {len(files)} file(s), {sum(f.size for f in files.values()) / 2**20:.1f} MB from {workspace}; "
+        say(f"would sync {len(files)} file(s), {chosen['bytes'] / 2**20:.1f} MB from {workspace}; "
             + ("never synced (written by orch fetch/plot): " + runs.describe(skipped.orch_dirs) if skipped.orch_dirs else
                f"folders orch writes (fetch/plot results, marked {runs.MARKER}) are never synced"))
+    for line in left_out.lines():
+        say(line)
     say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
     with ExitStack() as stack:
         remotes = connect_all(hosts, inventory, trust, stack)
@@ -149,7 +155,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         for warning in warnings:
             say(f"warning: {warning}")
         if dry_run:
-            return Submitted(plan, None, warnings)
+            return Submitted(plan, None, warnings, selection=chosen)
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
         sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
@@ -161,7 +167,8 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
         if keep is not None:
             keep.push(stack.pop_all())
-        return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {})
+        return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {},
+                         chosen)
 
 
 def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: LoadedSpec,

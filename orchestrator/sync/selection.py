@@ -2,7 +2,11 @@
 ``send.py``).
 
 Promises: ``.git/`` is never sent; files are chosen with gitignore semantics from the
-workspace's ``.gitignore``, ``.orchignore`` and ``workspace.exclude``, in that order; only
+workspace's top-level ``.gitignore``, ``.orchignore`` and ``workspace.exclude``, read in that
+order as one list of rules (the last rule that matches a path decides, so a ``!pattern`` of
+``.orchignore`` brings back what ``.gitignore`` left out, and ``workspace.exclude`` has the last
+word); a folder left out is never entered, so nothing under it comes back unless the folder
+does; each path left out is recorded with the rule that left it out (``Skipped.excluded``); only
 changed files move (a second sync with no change sends no file data); each file lands under
 a temporary name and is renamed into place; a file deleted locally is deleted remotely only
 if orch synced it earlier; a file edited on the server since the last sync is never
@@ -68,13 +72,74 @@ def project_name(workspace: Path) -> str:
     return f"{name}-{key}"
 
 
+IGNORE_FILES = (".gitignore", ".orchignore")  # read in this order, then workspace.exclude
+EXCLUDE = "workspace.exclude"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of the ignore rules: where it is written and what it says."""
+
+    source: str  # ".gitignore", ".orchignore" or EXCLUDE
+    line: int  # the file's line (from 1), or the item of workspace.exclude (from 0)
+    pattern: str
+
+    def __str__(self) -> str:
+        """``.gitignore:6 '*.bin'``, ``workspace.exclude[0] 'data/raw/'``."""
+        where = f"{self.source}[{self.line}]" if self.source == EXCLUDE else f"{self.source}:{self.line}"
+        return f"{where} {self.pattern.strip()!r}"
+
+
+class IgnoreRules:
+    """The workspace's ignore rules compiled once: every line of ``.gitignore``, then of
+    ``.orchignore`` (each the workspace's top-level file), then ``workspace.exclude``, as one
+    gitignore list. ``extra``: lines read as if appended to ``.orchignore`` (to try a fix).
+    ``rules[i]`` is the line at pathspec's index ``i`` (empty lines, which pathspec drops
+    before counting, are left out of both)."""
+
+    def __init__(self, root: Path, exclude: list[str], extra: tuple[str, ...] = ()) -> None:
+        lines: list[str] = []
+        rules: list[Rule] = []
+        for name in IGNORE_FILES:
+            path = root / name
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+            if name == ".orchignore":
+                text += list(extra)
+            numbered = [(n, line) for n, line in enumerate(text, start=1) if line]  # pathspec skips '' lines
+            lines += [line for _, line in numbered]
+            rules += [Rule(name, n, line) for n, line in numbered]
+        lines += [pattern for pattern in exclude if pattern]
+        rules += [Rule(EXCLUDE, n, pattern) for n, pattern in enumerate(exclude) if pattern]
+        self.root, self.exclude, self.extra = root, list(exclude), extra
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+
+    def rule(self, index: int | None) -> Rule | None:
+        return self.rules[index] if index is not None and 0 <= index < len(self.rules) else None
+
+    def deciding(self, path: str) -> int | None:
+        """The index of the rule that leaves ``path`` out (a folder written with its trailing
+        ``/``), or ``None`` when no rule does."""
+        result = self.spec.check_file(path)
+        return result.index if result.include else None
+
+    def with_lines(self, extra: tuple[str, ...]) -> IgnoreRules:
+        """These rules with ``extra`` appended to ``.orchignore`` (before ``workspace.exclude``)."""
+        return IgnoreRules(self.root, self.exclude, self.extra + extra)
+
+
 def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
-    lines: list[str] = []
-    for name in (".gitignore", ".orchignore"):
-        path = root / name
-        if path.is_file():
-            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines + list(exclude))
+    return IgnoreRules(root, exclude).spec
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A path the ignore rules left out: a file (with its size), or a folder (``rel`` ending in
+    ``/``, size 0: it is never entered) and the index of the rule that decided."""
+
+    rel: str
+    rule: int | None
+    size: int = 0
 
 
 @dataclass
@@ -84,6 +149,8 @@ class Skipped:
     orch_dirs: list[str] = field(default_factory=list)    # folders orch wrote (fetch/plot): never synced
     unreadable: list[str] = field(default_factory=list)   # "path/ (reason)": folders that cannot be listed
     special: list[str] = field(default_factory=list)      # sockets, FIFOs, devices: not files
+    excluded: list[Excluded] = field(default_factory=list)  # left out by an ignore rule, in walk order
+    rules: IgnoreRules | None = None                      # the rules ``excluded`` indexes
 
 
 def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None) -> dict[str, LocalFile]:
@@ -97,8 +164,11 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
     unawares."""
     if not root.is_dir():
         raise UsageError(f"workspace {root} is not a folder")
-    spec = ignore_spec(root, exclude)
+    rules = IgnoreRules(root, exclude)
+    match = rules.spec.match_file
     notes = skipped if skipped is not None else Skipped()
+    notes.rules = rules
+    left_out = notes.excluded.append
     out: dict[str, LocalFile] = {}
 
     def unreadable(exc: OSError) -> None:
@@ -111,12 +181,17 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
         kept = []
         for d in sorted(dirnames):
             rel = prefix + d
-            if d == ".git" or spec.match_file(rel + "/"):
+            if d == ".git":
+                continue
+            if match(rel + "/"):
+                left_out(Excluded(rel + "/", rules.deciding(rel + "/")))
                 continue
             full = os.path.join(dirpath, d)
             if os.path.islink(full):  # a symlink to a folder: synced as a link, like one to a file
-                if not spec.match_file(rel):
+                if not match(rel):
                     out[rel] = LocalFile(rel, 0, os.lstat(full).st_mtime_ns, 0o777, os.readlink(full))
+                else:
+                    left_out(Excluded(rel, rules.deciding(rel)))
                 continue
             if runs.is_run_dir(Path(full)):
                 notes.orch_dirs.append(rel + "/")
@@ -125,9 +200,15 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = prefix + name
-            if name.startswith(".orch-pull-") or spec.match_file(rel):
+            if name.startswith(".orch-pull-"):
                 continue
-            full = os.path.join(dirpath, name)
+            full = f"{dirpath}/{name}"  # (os.path.join is measurably slower over thousands of files)
+            if match(rel):  # only a file left out pays for its rule (a second match) and its size
+                try:
+                    left_out(Excluded(rel, rules.deciding(rel), os.lstat(full).st_size))
+                except OSError:
+                    pass
+                continue
             try:
                 st = os.lstat(full)
             except FileNotFoundError:

@@ -12,11 +12,14 @@ import pytest
 from tests.support.orch import Orch, write_job
 
 
-def job(orch: Orch, command: str | list[str], workspace: str = "ws", exclude: list[str] | None = None) -> Path:
-    """job.yaml whose launch.command is on line 7 (``command:`` at column 3)."""
+def job(orch: Orch, command: str | list[str], workspace: str = "ws", exclude: list[str] | None = None,
+        outputs: list[str] | None = ["out/"]) -> Path:
+    """job.yaml whose launch.command is on line 7 (``command:`` at column 3), with ``outputs:``
+    on line 8 unless None (left at its default)."""
     path = orch.cwd / "job.yaml"
     path.write_text(f"name: lap\nhosts: [local]\nworkspace:\n  path: {workspace}\n  exclude: {json.dumps(exclude or [])}\n"
-                    f"launch:\n  command: {json.dumps(command)}\n")
+                    f"launch:\n  command: {json.dumps(command)}\n"
+                    + (f"outputs: {json.dumps(outputs)}\n" if outputs is not None else ""))
     return path
 
 
@@ -73,18 +76,23 @@ def test_a_list_command_points_at_the_argument(orch: Orch, ws: Path) -> None:
 
 
 @pytest.mark.parametrize("command, exclude, reason", [
-    ("python data/gen.py", [], "data/gen.py is not synced: its folder data/ is excluded by 'data/' (.gitignore line 2)"),
-    ("python -u secret.py", [], "secret.py is not synced: it is excluded by 'secret.py' (.orchignore line 1)"),
-    ("python local.py", ["local.py"], "local.py is not synced: it is excluded by 'local.py' (workspace.exclude, line 5 of the job file)"),
-    ("bash run.sh", ["*.sh"], "run.sh is not synced: it is excluded by '*.sh' (workspace.exclude, line 5 of the job file)"),
-    ("python keep.py", ["keep.py"], "keep.py is not synced: it is excluded by 'keep.py' (workspace.exclude, line 5 of the job file)"),
-    ("python -m tools", ["tools/"],
-     "module tools (tools/__main__.py) is not synced: its folder tools/ is excluded by 'tools/' (workspace.exclude"),
+    ("python data/gen.py", [],
+     "data/gen.py is not synced: its folder data/ is excluded by .gitignore:2 'data/'; add '!/data/' to .orchignore"),
+    ("python -u secret.py", [], "secret.py is excluded by .orchignore:1 'secret.py'; add '!/secret.py' to .orchignore"),
+    ("python local.py", ["local.py"],
+     "local.py is excluded by workspace.exclude[0] 'local.py'; take 'local.py' out of workspace.exclude"),
+    ("bash run.sh", ["*.sh"],
+     "run.sh is excluded by workspace.exclude[0] '*.sh'; take '*.sh' out of workspace.exclude"),
+    ("python keep.py", ["keep.py"],
+     "keep.py is excluded by workspace.exclude[0] 'keep.py'; take 'keep.py' out of workspace.exclude"),
+    ("python -m tools", ["tools/"], "module tools (tools/__main__.py) is not synced: its folder tools/ is excluded by "
+                                    "workspace.exclude[0] 'tools/'; take 'tools/' out of workspace.exclude"),
 ])
 def test_an_excluded_script_names_the_rule_and_where_it_is_written(orch: Orch, ws: Path, command: str,
                                                                     exclude: list[str], reason: str) -> None:
     """The last matching pattern decides (gitignore semantics): `!keep.py` in .orchignore
-    re-includes keep.py, a later workspace.exclude excludes it again."""
+    re-includes keep.py, a later workspace.exclude excludes it again; a line of .orchignore
+    cannot undo workspace.exclude (read after it), so the advice there is to take it out."""
     assert f"job.yaml:7:12: launch.command: {reason}" in check_fails(orch, job(orch, command, exclude=exclude))
 
 

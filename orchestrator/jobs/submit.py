@@ -73,7 +73,8 @@ def connect_all(hosts: list[Host], inventory: Inventory, trust: Callable[[str], 
 def check_rendezvous(remotes: list[Remote], plan: Plan, say: Say) -> None:
     """Every other node can open a TCP connection to the rendezvous host:port (a short
     listener stands in for torchrun's store); raise naming the pair that cannot."""
-    endpoint = plan.nodes[0].argv[plan.nodes[0].argv.index("--rdzv_endpoint") + 1]
+    endpoint = plan.rdzv_endpoint
+    assert endpoint is not None, "a multi-node plan has a rendezvous"
     host, _, port = endpoint.rpartition(":")
     listener = remotes[0].start("listen", port=int(port), seconds=LISTEN_S)
     line = b""

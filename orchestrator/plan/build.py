@@ -77,6 +77,7 @@ class Plan(Frozen):
     queue: dict[str, Any] | None = None  # what each node waits for in its host's GPU queue (queue_request)
     resume_args: list[str] = Field(default_factory=list)  # appended to argv on attempts after the first
     progress: str | None = None  # launch.progress: the script's own progress lines (supervisor/scrape.py)
+    rdzv_endpoint: str | None = None  # a multi-node SSH job's rendezvous host:port (every launcher's)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -240,7 +241,8 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
                               direct=direct, launcher=cmd.launcher if cmd else None,
                               env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
-    return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
+    plan = _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
+    return plan.model_copy(update={"rdzv_endpoint": endpoint})
 
 
 def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str) -> tuple[list[NodePlan], dict[str, Any]]:

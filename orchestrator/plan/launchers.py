@@ -306,6 +306,9 @@ def for_spec(spec: JobSpec) -> Command | None:
     """``launch.command`` as the launcher's that orch runs once per node, or None (the built-in
     trainer; a plain command, run directly or under orch's torchrun)."""
     if spec.launch.command is None:
+        if spec.launch.launcher in ("accelerate", "deepspeed"):
+            raise UsageError(f"launch.launcher `{spec.launch.launcher}` needs launch.command: the built-in trainer "
+                             "runs under torchrun (or directly for one process)")
         return None
     return parse(list(spec.launch.command), spec.launch.launcher)
 

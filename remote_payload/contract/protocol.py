@@ -102,6 +102,7 @@ JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobdir/st
     "started": (MAYBE_NUMBER, OPT), "ended": (MAYBE_NUMBER, OPT), "procs": (list, OPT),
     "log_nodes": (int, OPT), "slurm_job": (str, OPT),  # a Slurm job: its node logs, its latest Slurm job id
     "queue_position": ((int, NONE), OPT), "gpus": (list, OPT),  # queued: its place; then the GPUs it got
+    "first_started": (MAYBE_NUMBER, OPT), "resumed_from_step": ((int, NONE), OPT),  # across attempts (orch resume)
 }
 JOB = {"job": (str, REQUIRED)}
 

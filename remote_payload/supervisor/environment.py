@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping
 
 from remote_payload.contract import envvars
 from remote_payload.contract.jobfolder import BASH_ENV as BASH_ENV_NAME
+
 BASH_ENV_TEXT = """\
 # Written by orch: the job's front of PATH (the host's python first) survives a login shell.
 if [ -n "${ORCH_PATH_FRONT:-}" ]; then

@@ -7,9 +7,9 @@ import shlex
 import pytest
 
 from orchestrator.errors import UsageError
+from orchestrator.hosts.inventory import Host
 from orchestrator.plan import launchers
 from orchestrator.plan.build import HostFacts, build_plan
-from orchestrator.hosts.inventory import Host
 from orchestrator.spec.model import JobSpec
 
 PY = "/venv/bin/python"

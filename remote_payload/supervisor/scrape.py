@@ -35,7 +35,8 @@ watcher stops adding rows for the rest of the attempt. Everything read is bounde
 length, bytes per poll, directories per scan, trainer_state.json size), and so is what is
 written: printed lines give at most ``LINE_RATE`` rows a second (bursts of ``LINE_BURST``), a
 redrawn bar one row per ``BAR_ROW_S``; the newest row held back is written later, eval rows
-always. The thread never raises into the supervisor and never blocks the job. Set
+always. A printed line with the step, epoch and kind of one read in the last ``SAME_S`` (a
+script that prints on every rank) is no second row. The thread never raises into the supervisor and never blocks the job. Set
 ``ORCH_METRICS_FROM_LOG=0`` in the job's env to turn it off.
 """
 
@@ -47,6 +48,7 @@ import math
 import os
 import re
 import time
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 POLL_S = 1.0
@@ -61,6 +63,7 @@ SCAN_DIRS, SCAN_ENTRIES, SCAN_DEPTH = 2000, 50000, 4
 MAX_KEYS = 32
 LINE_RATE, LINE_BURST = 20.0, 200.0  # rows from printed lines: per second, and at once
 BAR_ROW_S = 2.0  # a progress bar redraws all the time: one row from it per this many seconds
+SAME_S, MAX_RECENT = 2.0, 4096  # a printed line like one read this recently (every rank printing it): no row
 ALIASES = {"learning_rate": "lr", "val_loss": "eval_loss"}
 SKIP_SCAN = ("logs", "repro", "__pycache__", "node_modules")
 SOURCES = ("hf-log", "hf-state", "log", "progress")  # every row written here says which
@@ -283,6 +286,7 @@ class LineParser:
         self.bar_at: Optional[float] = None  # when the last bar row went out
         self.bar_step: Any = -1  # step of the last bar row made (written or held)
         self.bar_eval: Optional[float] = None  # the eval loss a bar last showed
+        self.recent: "OrderedDict[Any, float]" = OrderedDict()  # printed lines' (step, epoch, kind): read when
 
     def feed(self, text: str) -> List[Row]:
         rows: List[Row] = []
@@ -395,6 +399,8 @@ class LineParser:
         for a newer one): a bar gives a row per BAR_ROW_S, printed lines LINE_RATE a second in
         bursts of LINE_BURST. Eval rows (eval_loss, no loss) always go at once."""
         now = self.clock()
+        if kind == "line" and self._again(row, now):
+            return []
         if "eval_loss" in row and "loss" not in row:
             return [row]
         if kind == "bar":
@@ -408,6 +414,20 @@ class LineParser:
         self.held = None
         self._spend(kind, now)
         return [row]
+
+    def _again(self, row: Row, now: float) -> bool:
+        """Whether a printed line with this row's step, epoch and kind was read within SAME_S:
+        a script printing on every rank prints each line once per process."""
+        while self.recent:  # oldest first: forget what is older than SAME_S, and past MAX_RECENT
+            _, seen = next(iter(self.recent.items()))
+            if now - seen <= SAME_S and len(self.recent) < MAX_RECENT:
+                break
+            self.recent.popitem(last=False)
+        key = (row.get("step"), row.get("epoch"), "loss" in row, "eval_loss" in row)
+        if key in self.recent:
+            return True
+        self.recent[key] = now
+        return False
 
     def _refill(self, now: float) -> None:
         if self.tokens_at is not None:

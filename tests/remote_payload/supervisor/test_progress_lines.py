@@ -220,6 +220,28 @@ def test_printed_lines_are_rate_limited() -> None:
     assert [r["step"] for r in parser.flush()] == [599]
 
 
+def test_a_line_every_rank_prints_is_one_row() -> None:
+    """A DDP script printing on every rank: each step's line comes once per process, close
+    together; the same step and epoch printed again later (a per-epoch counter) is a row."""
+    now = [10.0]
+    parser = scrape.LineParser(clock=lambda: now[0])
+    rows = []
+    for epoch in (1, 2):
+        for step in (100, 200):
+            for rank in range(4):
+                rows += parser.feed(f"epoch {epoch} step {step} loss {rank / 10 + step / 1000:.3f}\n")
+            now[0] += 0.5
+    rows += parser.feed("step 300: train loss 1.0, val loss 2.0\nstep 300 loss 1.0\n")  # eval and train: both
+    assert picked(rows, "epoch", "step", "loss", "eval_loss") == [(1, 100, 0.1, None), (1, 200, 0.2, None),
+                                                                  (2, 100, 0.1, None), (2, 200, 0.2, None),
+                                                                  (None, 300, 1.0, 2.0), (None, 300, 1.0, None)]
+    now[0] += scrape.SAME_S + 1
+    assert picked(parser.feed("epoch 1 step 100 loss 0.1\n"), "step") == [(100,)]  # long after: a row again
+    for i in range(scrape.MAX_RECENT + 10):  # what is remembered stays bounded
+        parser.feed(f"step {1000 + i} loss 1.0\n")
+    assert len(parser.recent) <= scrape.MAX_RECENT
+
+
 def job_dir(tmp_path: Path, progress: str | None = None) -> Path:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "node0.log").write_text("an earlier attempt's line: iter 99: loss 9.0\n")

@@ -13,10 +13,11 @@ writing those lines yourself is just as good.
 
 Contract: only the process with ``RANK`` 0 (or no ``RANK``) writes; each line goes out in one
 ``O_APPEND`` write, so concurrent writers never interleave inside a line; ``total_steps``
-given once is repeated on every later line; values that are not finite numbers become
-``null`` or are dropped; ``report`` never raises (it returns False when nothing was written:
-another rank, no ``ORCH_METRICS``/``ORCH_JOB_DIR`` outside orch, or an I/O error). This file
-has no orch imports: copy it into a project to use it elsewhere.
+given once is repeated on every later line; ``attempt`` comes from ``$ORCH_ATTEMPT`` (1, 2,
+..., set by orch on each attempt) when that is set; values that are not finite numbers
+become ``null`` or are dropped; ``report`` never raises (it returns False when nothing was
+written: another rank, no ``ORCH_METRICS``/``ORCH_JOB_DIR`` outside orch, or an I/O error).
+This file has no orch imports: copy it into a project to use it elsewhere.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _value(value: Any) -> Any:
 
 
 def report(step: int, loss: Optional[float] = None, *, total_steps: Optional[int] = None, **fields: Any) -> bool:
-    """Append ``{"time", "step", "loss", "total_steps", **fields}`` to the job's metrics file.
+    """Append ``{"time", "step", "loss", "total_steps", "attempt", **fields}`` to the job's
+    metrics file (``attempt``: ``$ORCH_ATTEMPT`` as an int, when set).
 
     ``fields``: ``lr``, ``eval_loss``, ``tokens_per_s``, ``epoch``, ``grad_norm`` or any other
     number. Returns True when the line was written."""
@@ -75,6 +77,9 @@ def report(step: int, loss: Optional[float] = None, *, total_steps: Optional[int
             row["loss"] = _value(loss)
         if _state["total_steps"] is not None:
             row["total_steps"] = _state["total_steps"]
+        attempt = os.environ.get("ORCH_ATTEMPT", "").strip()
+        if attempt.isascii() and attempt.isdigit() and len(attempt) <= 9:
+            row["attempt"] = int(attempt)
         for key, value in list(fields.items())[:MAX_KEYS]:
             if len(key) <= MAX_KEY_LEN and key not in row:
                 try:

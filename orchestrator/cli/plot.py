@@ -26,7 +26,8 @@ from orchestrator.sweep.status import members
 def plot_cmd(app: App, jobs: tuple[str, ...], sweep: str | None, output: Path | None, runs_dir: Path) -> None:
     """Draw loss (train and eval), lr and tokens/s against step into a PNG.
 
-    Uses the fetched runs/<job>/metrics.jsonl, or the job's file on its host.
+    Uses the fetched runs/<job>/metrics.jsonl, or the job's file on its host. A panel with
+    no points is left out; each attempt (orch resume) is its own segment of the curve.
     Several jobs, or a sweep, go into one figure: train and eval loss of each, one colour per
     job, the legend naming each by its sweep values (or its job id).
     Needs matplotlib (pip install matplotlib; from a clone: pip install '.[plot]').
@@ -48,7 +49,8 @@ def plot_cmd(app: App, jobs: tuple[str, ...], sweep: str | None, output: Path | 
         out = output or runs.run_dir(runs_dir, record.job_id) / "curves.png"
         save_plot(rows, record.job_id, out)
         counts = ", ".join(f"{len(series(rows, k)[0])} {k}" for k in ("loss", "eval_loss", "lr", "tokens_per_s"))
-        app.say(f"read {source}: {counts} points")
+        attempts = len({r["attempt"] for r in rows if "attempt" in r})
+        app.say(f"read {source}: {counts} points" + (f" of {attempts} attempts" if attempts > 1 else ""))
         click.echo(str(out))
         return
     if sweep is not None:

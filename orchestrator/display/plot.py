@@ -1,13 +1,16 @@
 """Training curves from ``metrics.jsonl``: loss (train and eval), lr and tokens/s by step.
 
 The file is the built-in trainer's, a user script's own (docs/own-script.md) or the rows the
-supervisor read from a Hugging Face Trainer log; ``learning_rate`` is read as ``lr``.
+supervisor read from what the script printed; ``learning_rate`` is read as ``lr``.
 ``read_metrics`` takes the fetched copy (``runs/<job>/metrics.jsonl``) when there is one,
 else reads the job's file with one ``cat`` (an argv list, like every remote command) on the
 first of the job's hosts that has one (rank 0, which writes it, may run on any node). Lines
 from the server are untrusted: anything that is not a JSON object with a numeric ``step`` is
-skipped. matplotlib is an optional extra (``pip install matplotlib``, or the ``plot`` extra of the ``orch-gpu`` distribution)
-and is imported only when drawing.
+skipped. A panel with no points is left out. Each attempt of a job (``attempt`` in the rows)
+is its own segment, and so is a run of rows after the step went down (a restart from an
+earlier checkpoint): a curve never goes back in time. matplotlib is an optional extra (``pip
+install matplotlib``, or the ``plot`` extra of the ``orch-gpu`` distribution) and is imported
+only when drawing.
 
 ``overlay`` draws several jobs in one figure (``orch plot JOB1 JOB2 ...``, ``orch plot --sweep
 NAME``), labelled by ``legend_labels``: a sweep's varied values, else job ids.
@@ -30,10 +33,12 @@ from orchestrator.transport.base import never
 MAX_BYTES = 256 << 20
 SERIES = {"loss": "train loss", "eval_loss": "eval loss", "lr": "lr", "tokens_per_s": "tokens/s"}
 ALIASES = {"learning_rate": "lr"}
+HEIGHTS = {1: 5, 2: 7, 3: 9}  # figure height (inches) for that many panels
 
 
 def parse_metrics(text: str) -> list[dict[str, float]]:
-    """Rows with a finite numeric ``step``; only the numeric fields of ``SERIES`` kept."""
+    """Rows with a finite numeric ``step``; only the numeric fields of ``SERIES`` (and
+    ``attempt``) kept."""
     rows = []
     for line in text.splitlines():
         try:
@@ -45,6 +50,8 @@ def parse_metrics(text: str) -> list[dict[str, float]]:
         row = {"step": float(value["step"])}
         row.update({ALIASES[k]: float(v) for k, v in value.items() if k in ALIASES and _finite(v)})
         row.update({k: float(value[k]) for k in SERIES if _finite(value.get(k))})
+        if _finite(value.get("attempt")):
+            row["attempt"] = float(value["attempt"])
         rows.append(row)
     return rows
 
@@ -66,13 +73,39 @@ def read_metrics(record: JobRecord, inventory: Inventory, runs: Path) -> tuple[l
         if result.ok:
             return parse_metrics(result.stdout[:MAX_BYTES].decode("utf-8", "replace")), f"{host.name}:{path}"
     raise UsageError(f"{record.job_id} has no metrics.jsonl yet ({path} on {', '.join(record.hosts)}): the built-in "
-                     "trainer writes it every log_every steps; your own script: report() or a Hugging Face "
-                     "Trainer log (docs/own-script.md)")
+                     "trainer writes it every log_every steps; your own script: report(), progress lines it prints "
+                     "(launch.progress for a format of its own) or a Hugging Face Trainer log (docs/own-script.md)")
 
 
 def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
     points = [(r["step"], r[key]) for r in rows if key in r]
     return [p[0] for p in points], [p[1] for p in points]
+
+
+def segments(rows: list[dict[str, float]], key: str) -> list[tuple[list[float], list[float]]]:
+    """``series`` cut into the pieces drawn as separate lines, in file order: a new one where
+    ``attempt`` changes (a row without one differs from one with) or the step goes down."""
+    out: list[tuple[list[float], list[float]]] = []
+    last: tuple[float, float | None] | None = None
+    for row in rows:
+        if key not in row:
+            continue
+        attempt = row.get("attempt")
+        if last is None or attempt != last[1] or row["step"] < last[0]:
+            out.append(([], []))
+        out[-1][0].append(row["step"])
+        out[-1][1].append(row[key])
+        last = (row["step"], attempt)
+    return out
+
+
+def _plot_segments(ax: Any, rows: list[dict[str, float]], key: str, style: str, color: str,
+                   label: str | None = None, **kwargs: Any) -> bool:
+    """Each segment of ``key`` on ``ax`` in one colour, labelled once; False when there is none."""
+    parts = segments(rows, key)
+    for i, (xs, ys) in enumerate(parts):
+        ax.plot(xs, ys, style, color=color, label=label if i == 0 else None, **kwargs)
+    return bool(parts)
 
 
 def _pyplot() -> Any:
@@ -88,22 +121,24 @@ def _pyplot() -> Any:
 
 
 def draw(rows: list[dict[str, float]], title: str) -> Any:
-    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each."""
+    """A matplotlib Figure: loss (train, eval), lr, tokens/s against step, one axis each; an
+    axis with no points is left out (the loss axis stays when nothing has any)."""
     plt = _pyplot()
-    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
-    for key, style in (("loss", "-"), ("eval_loss", "o-")):
-        xs, ys = series(rows, key)
-        if xs:
-            ax_loss.plot(xs, ys, style, label=SERIES[key])
-    ax_loss.set_ylabel("loss")
-    ax_loss.legend(loc="upper right")
-    for ax, key in ((ax_lr, "lr"), (ax_tps, "tokens_per_s")):
-        xs, ys = series(rows, key)
-        ax.plot(xs, ys, "-")
-        ax.set_ylabel(SERIES[key])
-    ax_tps.set_xlabel("step")
-    for ax in (ax_loss, ax_lr, ax_tps):
+    panels = [p for p, keys in (("loss", ("loss", "eval_loss")), ("lr", ("lr",)), ("tokens_per_s", ("tokens_per_s",)))
+              if any(k in r for r in rows for k in keys)] or ["loss"]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, HEIGHTS[len(panels)]), sharex=True, squeeze=False)
+    for panel, (ax,) in zip(panels, axes):
+        if panel == "loss":
+            drawn = [_plot_segments(ax, rows, key, style, color, SERIES[key])
+                     for key, style, color in (("loss", "-", "C0"), ("eval_loss", "o-", "C1"))]
+            ax.set_ylabel("loss")
+            if any(drawn):
+                ax.legend(loc="upper right")
+        else:
+            _plot_segments(ax, rows, panel, "-", "C0")
+            ax.set_ylabel(SERIES[panel])
         ax.grid(True, alpha=0.3)
+    axes[-1][0].set_xlabel("step")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -124,8 +159,9 @@ def legend_labels(job_ids: list[str], entries: dict[str, SweepEntry]) -> tuple[l
 
 def overlay(curves: list[tuple[str, list[dict[str, float]]]], title: str, legend_title: str | None = None) -> Any:
     """Several jobs in one Figure: train loss (solid) on the first axis and, when any job has
-    one, eval loss (dashed, dots) on a second, one colour per job; the first axis's legend holds
-    every job's label, in order (``(label, rows)`` of ``curves``)."""
+    one, eval loss (dashed, dots) on a second, one colour per job (each attempt its own
+    segment); the first axis's legend holds every job's label, in order (``(label, rows)`` of
+    ``curves``)."""
     from matplotlib.lines import Line2D
 
     plt = _pyplot()
@@ -135,13 +171,9 @@ def overlay(curves: list[tuple[str, list[dict[str, float]]]], title: str, legend
     handles = []
     for i, (name, rows) in enumerate(curves):
         color = f"C{i % 10}"
-        xs, ys = series(rows, "loss")
-        if xs:
-            ax_train.plot(xs, ys, "-", color=color)
+        _plot_segments(ax_train, rows, "loss", "-", color)
         if has_eval:
-            xs, ys = series(rows, "eval_loss")
-            if xs:
-                axes[1][0].plot(xs, ys, "o--", color=color, markersize=3)
+            _plot_segments(axes[1][0], rows, "eval_loss", "o--", color, markersize=3)
         handles.append(Line2D([], [], color=color, label=name))
     ax_train.set_ylabel(SERIES["loss"])
     ax_train.legend(handles=handles, title=legend_title, loc="upper right", fontsize="small")

@@ -5,13 +5,16 @@ to ``metrics.jsonl`` (standard library only, Python >= 3.8).
 whose ``stop()`` (after the job ended) reads the rest of the log, writes what is pending,
 and joins the thread. See scrape.py for what is recognised and for the contracts: never for
 the built-in trainer, yields to a job that writes ``metrics.jsonl`` itself, bounded, and
-never raises into the supervisor.
+never raises into the supervisor. Every row it writes carries ``"attempt": N`` when the job's
+env has ``ORCH_ATTEMPT`` (``orch plot`` draws each attempt as its own segment); job.json's
+``progress`` (``launch.progress``) is the job's own progress-line regex.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -20,6 +23,7 @@ from remote_payload.supervisor import scrape
 
 OFF = ("0", "false", "no", "off")
 FINAL_READ_BYTES = 64 << 20  # at most this much of a log is read after the job ended
+MAX_JOB_JSON = 16 << 20
 
 
 class MetricsFile:
@@ -42,7 +46,7 @@ class MetricsFile:
             with open(self.path, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
                 last = [line for line in f.read().splitlines() if line.strip()][-1]
-            return str(json.loads(last.decode("utf-8", "replace")).get("source", "")).startswith("hf-")
+            return json.loads(last.decode("utf-8", "replace")).get("source") in scrape.SOURCES
         except (OSError, IndexError, ValueError, AttributeError):
             return False
 
@@ -65,11 +69,12 @@ class MetricsFile:
 
 
 class Watcher:
-    def __init__(self, job_dir: str, node_rank: int, say: Callable[[str], None]) -> None:
-        self.job_dir, self.say = job_dir, say
+    def __init__(self, job_dir: str, node_rank: int, say: Callable[[str], None], attempt: Optional[int] = None,
+                 progress: "Optional[re.Pattern[str]]" = None) -> None:
+        self.job_dir, self.say, self.attempt = job_dir, say, attempt
         self.log_path = os.path.join(job_dir, "logs", "node%d.log" % node_rank)
         self.offset = self._log_size()
-        self.parser = scrape.LineParser()
+        self.parser = scrape.LineParser(progress=progress)
         self.out = MetricsFile(os.path.join(job_dir, "metrics.jsonl"), say)
         self.stopping = threading.Event()
         self.last_train = self.last_eval = -1.0
@@ -92,6 +97,8 @@ class Watcher:
 
     def _write(self, rows: List[Dict[str, Any]]) -> None:
         for row in rows:
+            if self.attempt is not None:
+                row["attempt"] = self.attempt
             if "step" in row:
                 if "loss" in row:
                     self.last_train = max(self.last_train, row["step"])
@@ -157,12 +164,36 @@ class _Off:
         pass
 
 
+def attempt_of(env: Dict[str, str]) -> Optional[int]:
+    """``ORCH_ATTEMPT`` (1, 2, ...) of the job's env as an int; None when unset or not one."""
+    value = str(env.get("ORCH_ATTEMPT", "")).strip()
+    return int(value) if re.fullmatch(r"[0-9]{1,9}", value) else None
+
+
+def progress_pattern(job_dir: str, say: Callable[[str], None]) -> "Optional[re.Pattern[str]]":
+    """job.json's ``progress`` compiled, or None: unset, unreadable, or not a regular
+    expression for this Python (it was checked on the laptop, whose Python may be newer)."""
+    try:
+        with open(os.path.join(job_dir, "job.json"), "rb") as f:
+            text = json.loads(f.read(MAX_JOB_JSON).decode("utf-8", "replace")).get("progress")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return re.compile(text)
+    except Exception as exc:  # noqa: BLE001 - re.error, RecursionError, OverflowError ...
+        say("launch.progress is not a regular expression this Python reads (%s): only the built-in formats "
+            "are read" % exc)
+        return None
+
+
 def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[str, str]) -> Any:
     """A started Watcher, or an object whose ``stop`` does nothing: for the built-in trainer
     (it writes its own metrics) and when the job's env sets ``ORCH_METRICS_FROM_LOG=0``."""
     try:
         if os.path.exists(os.path.join(job_dir, "train.json")) or env.get("ORCH_METRICS_FROM_LOG", "").lower() in OFF:
             return _Off()
-        return Watcher(job_dir, node_rank, say).start()
+        return Watcher(job_dir, node_rank, say, attempt_of(env), progress_pattern(job_dir, say)).start()
     except Exception:  # noqa: BLE001
         return _Off()

@@ -1,27 +1,43 @@
 """Metrics rows for a user script from what it already prints (standard library only).
 
 A user script that never writes ``metrics.jsonl`` itself still gets STEP/LOSS/ETA in
-``orch status`` and curves in ``orch plot`` when it trains with Hugging Face ``Trainer``
-(or anything printing the same lines). While the job runs, a thread in the supervisor
-(``watch``) follows this node's log and appends recognised rows to ``<job_dir>/metrics.jsonl``
-in the protocol of docs/own-script.md, each marked ``"source": "hf-log"`` or ``"hf-state"``:
+``orch status`` and curves in ``orch plot``. While the job runs, a thread in the supervisor
+(``metricswatch.watch``) follows this node's log and appends recognised rows to
+``<job_dir>/metrics.jsonl`` in the protocol of docs/own-script.md, each marked with its
+``"source"`` (one of ``SOURCES``):
 
-- **log lines**: HF's ``{'loss': '2.31', 'grad_norm': ..., 'learning_rate': ..., 'epoch': ...}``
-  (floats, or strings in transformers 5) and ``{'eval_loss': ...}``. They carry no step: the
-  step and the total come from the training progress bar (``| 12/20 [``) that tqdm redraws
-  right after each such line. A dict line with its own numeric ``step`` needs no bar.
-- **trainer_state.json** in the newest ``checkpoint-N/`` within a few levels of the job
-  folder (the snapshot ``code/`` included, where a relative ``output_dir`` lands): its
-  ``max_steps`` is the total, and ``log_history`` entries newer than every row written
+- ``hf-log``: Hugging Face ``Trainer``'s ``{'loss': '2.31', 'grad_norm': ..., 'learning_rate':
+  ..., 'epoch': ...}`` (floats, or strings in transformers 5) and ``{'eval_loss': ...}``. They
+  carry no step: the step and the total come from the training progress bar (``| 12/20 [``)
+  that tqdm redraws right after each such line. A dict line with its own numeric ``step``
+  needs no bar; any printed ``{...}`` with ``loss`` or ``eval_loss`` is taken.
+- ``hf-state``: ``trainer_state.json`` in the newest ``checkpoint-N/`` within a few levels of
+  the job folder (the snapshot ``code/`` included, where a relative ``output_dir`` lands):
+  its ``max_steps`` is the total, and ``log_history`` entries newer than every row written
   so far are added (a run printing no bar still gets stepped rows at each checkpoint).
+- ``log``: progress lines scripts print themselves. A line of ``key value`` pairs with a step
+  (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``; ``20/100`` gives the
+  total) or an ``epoch``, and a training or eval loss: nanoGPT's ``iter 40: loss 3.2100, time
+  12.34ms, mfu 1.23%`` and ``step 250: train loss 3.1234, val loss 3.2345``, ``epoch 1 step
+  200 loss 0.5``, ``Step 20/100 | loss 2.31``, ``Epoch [1/5], Step [100/600], Loss: 0.2188``;
+  a tqdm bar whose description or postfix holds a loss (``12/200 [00:03<00:40, 4.5it/s,
+  loss=2.31]``: step 12 of 200; Lightning's ``Epoch 2: ... 16/32 [..., v_num=0,
+  train_loss=0.512]``: batches done over the epochs, 2 * 32 + 16); a dict after a short
+  prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****`` table
+  (``trainer.log_metrics``), at the last step seen. Never a step the line does not give.
+- ``progress``: lines matching the job's ``launch.progress`` regex (named groups among
+  ``PROGRESS_KEYS``), before the built-in formats.
 
 Contracts: the built-in trainer (a job with ``train.json``) is never watched: it writes its
 own rows. A job that writes ``metrics.jsonl`` itself (``remote_payload.report`` or by hand)
 wins: before every append the file must be exactly as this watcher left it, otherwise the
 watcher stops adding rows for the rest of the attempt. Everything read is bounded (segment
-length, bytes per poll, directories per scan, trainer_state.json size); the thread never
-raises into the supervisor and never blocks the job. Set ``ORCH_METRICS_FROM_LOG=0`` in the
-job's env to turn it off.
+length, bytes per poll, directories per scan, trainer_state.json size), and so is what is
+written: printed lines give at most ``LINE_RATE`` rows a second (bursts of ``LINE_BURST``), a
+redrawn bar one row per ``BAR_ROW_S``; the newest row held back is written later, eval rows
+always. A printed line with the step, epoch and kind of one read in the last ``SAME_S`` (a
+script that prints on every rank) is no second row. The thread never raises into the supervisor and never blocks the job. Set
+``ORCH_METRICS_FROM_LOG=0`` in the job's env to turn it off.
 """
 
 from __future__ import annotations
@@ -32,25 +48,64 @@ import math
 import os
 import re
 import time
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 POLL_S = 1.0
 STATE_SCAN_S = 15.0
 PENDING_MAX_S = 5.0  # a dict line no bar follows is written with the last known step after this
 MAX_SEGMENT = 16 * 1024  # a longer line is never a metrics line
+MAX_TEXT = 1024  # a longer line is no printed progress line (dicts and launch.progress: MAX_SEGMENT)
+MAX_PREFIX = 200  # text before a printed dict: ``epoch 1: {...}``
 MAX_READ = 1 << 20  # log bytes per read
 MAX_STATE_BYTES = 32 << 20
 SCAN_DIRS, SCAN_ENTRIES, SCAN_DEPTH = 2000, 50000, 4
 MAX_KEYS = 32
-ALIASES = {"learning_rate": "lr"}
+LINE_RATE, LINE_BURST = 20.0, 200.0  # rows from printed lines: per second, and at once
+BAR_ROW_S = 2.0  # a progress bar redraws all the time: one row from it per this many seconds
+SAME_S, MAX_RECENT = 2.0, 4096  # a printed line like one read this recently (every rank printing it): no row
+ALIASES = {"learning_rate": "lr", "val_loss": "eval_loss"}
 SKIP_SCAN = ("logs", "repro", "__pycache__", "node_modules")
+SOURCES = ("hf-log", "hf-state", "log", "progress")  # every row written here says which
+ORCH_SAYS = "[orch] "  # how the supervisor's own lines in the node log start
+PROGRESS_KEYS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")  # launch.progress groups
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _BAR = re.compile(r"^\s*\d{1,3}%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")  # tqdm without a description
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# Any tqdm bar, ``desc: 6%|▌  | 12/200 [00:03<00:40, 4.5it/s, loss=2.31]`` or without a total
+# ``desc: 12it [00:03, 4.5it/s, loss=2.31]``: the description, n/total and the postfix.
+_TQDM = re.compile(
+    r"^\s*(?:(?P<desc>[^|\[\]]{0,200}?):\s*)?"
+    r"(?:\d{1,3}%\|[^|]{0,400}\|\s*(?P<n>\d+)/(?P<total>\d+)|(?P<count>\d+)[A-Za-z]{0,16})"
+    r"\s*\[\d+:\d\d(?::\d\d)?(?:<[^,\]]{0,32})?,\s*[^,\]]{0,64}(?P<postfix>,[^\]]{0,2000})?\]\s*$")
+_LIGHTNING_DESC = re.compile(r"^\s*Epoch (\d+)\s*$")  # Lightning's training bar: 0-based epochs
+_LIGHTNING_POSTFIX = re.compile(r"(?:^|,)\s*v_num=")
+_TABLE = re.compile(r"^\*{5} (\w{1,32}) metrics \*{5}\s*$")  # transformers' Trainer.log_metrics
+_TABLE_LINE = re.compile(r"^ {2}([A-Za-z_][\w./-]{0,63})\s*=\s*(\S{1,64})\s*$")
+
+# Printed ``key value`` pairs: canonical key, the phrases read as it (a space also matches _).
+_WORDS = (
+    ("step", ("global step", "num updates", "iteration", "step", "iter")),
+    ("epoch", ("epoch",)),
+    ("loss", ("train loss step", "train loss", "training loss", "train/loss", "loss/train", "loss")),
+    ("eval_loss", ("validation loss", "valid loss", "val loss", "eval loss", "val/loss", "eval/loss", "loss/val",
+                   "loss/eval")),
+    ("lr", ("learning rate", "lr")),
+    ("tokens_per_s", ("tokens per second", "tokens per sec", "tokens per s", "tokens/sec", "tokens/s", "tok/sec",
+                      "tok/s", "tps")),
+    ("grad_norm", ("grad norm", "gnorm")),
+)
+_NUM = r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_PAIR = re.compile(
+    r"(?<![\w/.-])(?:%s)(?![\w/-])\s*[:=]?\s*\[?\s*(?P<value>%s)(?:\s*/\s*(?P<of>\d{1,15}))?(?![\w.]*\w)" % (
+        "|".join("(?P<%s>%s)" % (key, "|".join("[ _]".join(map(re.escape, p.split())) for p in phrases))
+                 for key, phrases in _WORDS), _NUM), re.IGNORECASE)
+_RATE = re.compile(r"(?<![\w.])(?P<value>%s)\s*tok(?:en)?s?/s(?:ec)?(?![\w/])" % _NUM, re.IGNORECASE)  # 4008 tok/s
 
 Row = Dict[str, Any]
+Fields = Dict[str, Tuple[float, Optional[int]]]
 
 
 def number(value: Any) -> Optional[float]:
@@ -68,14 +123,27 @@ def number(value: Any) -> Optional[float]:
     return None
 
 
+def count(value: Optional[float]) -> Optional[int]:
+    """A step or a total: a whole number >= 0 (below 10**15), else None."""
+    if value is None or value < 0 or value >= 1e15 or not float(value).is_integer():
+        return None
+    return int(value)
+
+
 def to_row(logs: Dict[Any, Any], step: Optional[float], total: Optional[int], source: str, now: float) -> Optional[Row]:
-    """A protocol row from a HF logs dict: numeric values only, ``learning_rate`` as ``lr``;
-    None unless it holds ``loss`` or ``eval_loss``."""
+    """A protocol row from a HF logs dict: numeric values only, ``learning_rate`` as ``lr``,
+    ``val_loss`` as ``eval_loss``, ``train_loss`` as ``loss`` (except in the end-of-training
+    summary, which has ``train_runtime``); None unless it holds ``loss`` or ``eval_loss``."""
     row: Row = {"time": now}
+    summary = "train_runtime" in logs
     for key, value in list(logs.items())[:MAX_KEYS * 2]:
         value = number(value)
         if isinstance(key, str) and _KEY.match(key) and value is not None and len(row) <= MAX_KEYS:
-            row[ALIASES.get(key, key)] = value
+            name = ALIASES.get(key, key)
+            if name not in row or key == name:
+                row[name] = value
+    if "loss" not in row and "train_loss" in row and not summary:
+        row["loss"] = row.pop("train_loss")
     if "loss" not in row and "eval_loss" not in row:
         return None
     step = number(row.get("step", step))
@@ -102,15 +170,123 @@ def parse_dict(segment: str) -> Optional[Dict[Any, Any]]:
     return None
 
 
-class LineParser:
-    """Turns log text into rows. Pure apart from ``clock``; feed it any chunking."""
+def fields(text: str) -> Fields:
+    """The known ``key value`` pairs of a printed line (``loss 2.31``, ``loss: 2.31``,
+    ``loss=2.31``, ``Step [20/100]``, ``4008 tok/s``): canonical key -> (value, the ``/N`` after
+    it); the first of each key counts. ``loss of connection``, ``loss_scale 1``,
+    ``--step 5`` and ``loss: nan`` give nothing."""
+    found: Fields = {}
+    for m in _PAIR.finditer(text):
+        key = next(k for k, _ in _WORDS if m.group(k) is not None)
+        value = number(m.group("value").replace(",", ""))
+        if value is not None and key not in found:
+            found[key] = (value, int(m.group("of")) if m.group("of") else None)
+    if "tokens_per_s" not in found:
+        m = _RATE.search(text)
+        value = number(m.group("value").replace(",", "")) if m else None
+        if value is not None:
+            found["tokens_per_s"] = (value, None)
+    return found
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
+
+def _line_step(found: Fields) -> Tuple[Optional[int], Optional[int]]:
+    """(step, total) a line's pairs give."""
+    if "step" not in found:
+        return None, None
+    value, of = found["step"]
+    step = count(value)
+    return (step, of if step is not None and of else None)
+
+
+def text_row(text: str, now: float) -> Optional[Row]:
+    """A row from a printed progress line, or None: the line must name a step (or an epoch)
+    and a training or eval loss, each followed by its number; it is never longer than
+    MAX_TEXT."""
+    if len(text) > MAX_TEXT or "loss" not in text.lower():
+        return None
+    found = fields(text)
+    step, total = _line_step(found)
+    if (step is None and "epoch" not in found) or not ("loss" in found or "eval_loss" in found):
+        return None
+    row: Row = {"time": now}
+    if step is not None:
+        row["step"] = step
+    if total:
+        row["total_steps"] = total
+    for key in ("epoch", "loss", "eval_loss", "lr", "tokens_per_s", "grad_norm"):
+        if key in found:
+            row[key] = found[key][0]
+    row["source"] = "log"
+    return row
+
+
+def prefixed_dict_row(segment: str, now: float) -> Optional[Row]:
+    """``epoch 1: {'loss': 0.5, ...}`` (``print(f"epoch {epoch}: {metrics}")``): a dict after a
+    short prefix that names a step or an epoch (or the dict does); the dict's keys win."""
+    text = segment.strip()
+    start = text.find("{")
+    if start <= 0 or start > MAX_PREFIX or not text.endswith("}"):
+        return None
+    logs = parse_dict(text[start:])
+    if logs is None:
+        return None
+    found = fields(text[:start])
+    step, _ = _line_step(found)
+    merged: Dict[Any, Any] = {}
+    if step is not None:
+        merged["step"] = step
+    if "epoch" in found:
+        merged["epoch"] = found["epoch"][0]
+    merged.update(logs)
+    if number(merged.get("step")) is None and number(merged.get("epoch")) is None:
+        return None
+    return to_row(merged, None, None, "log", now)
+
+
+def progress_row(pattern: "re.Pattern[str]", segment: str, now: float) -> Optional[Row]:
+    """A row from a line ``launch.progress`` matches: its named groups in PROGRESS_KEYS, as
+    numbers (``1,000`` is 1000; a step or total that is not a whole number is left out). None
+    when it does not match or gives no step, loss or eval_loss."""
+    try:
+        m = pattern.search(segment)
+    except Exception:  # noqa: BLE001 - a pattern from the job: never break the watcher
+        return None
+    if m is None:
+        return None
+    row: Row = {"time": now}
+    for key, text in m.groupdict().items():
+        if key not in PROGRESS_KEYS or not isinstance(text, str):
+            continue
+        value = number(text.strip().replace(",", "").replace("_", ""))
+        if key in ("step", "total_steps"):
+            value = count(value)
+        if value is not None:
+            row[key] = value
+    if not {"step", "loss", "eval_loss"} & set(row):
+        return None
+    row["source"] = "progress"
+    return row
+
+
+class LineParser:
+    """Turns log text into rows. Pure apart from ``clock``; feed it any chunking.
+
+    ``progress``: the job's compiled ``launch.progress``, tried on every line first."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, progress: "Optional[re.Pattern[str]]" = None) -> None:
+        self.clock, self.progress = clock, progress
         self.partial, self.skipping = "", False
         self.pending: Optional[Tuple[Dict[Any, Any], float]] = None
-        self.step: Optional[int] = None
+        self.step: Optional[int] = None  # the HF training bar's
         self.total: Optional[int] = None
+        self.last_step: Optional[int] = None  # of any row or bar: HF's eval table is at it
+        self.table: Optional[Tuple[str, Dict[str, str], float]] = None
+        self.held: Optional[Tuple[Row, float, str]] = None  # (row, when it may go, "bar"/"line")
+        self.tokens, self.tokens_at = LINE_BURST, None  # type: float, Optional[float]
+        self.bar_at: Optional[float] = None  # when the last bar row went out
+        self.bar_step: Any = -1  # step of the last bar row made (written or held)
+        self.bar_eval: Optional[float] = None  # the eval loss a bar last showed
+        self.recent: "OrderedDict[Any, float]" = OrderedDict()  # printed lines' (step, epoch, kind): read when
 
     def feed(self, text: str) -> List[Row]:
         rows: List[Row] = []
@@ -120,32 +296,159 @@ class LineParser:
             if self.skipping:  # the tail of an over-long line
                 self.skipping = False
                 continue
-            rows.extend(self._segment(piece))
+            rows.extend(self._seen(self._segment(piece)))
         if len(self.partial) > MAX_SEGMENT:
             self.partial, self.skipping = "", True
         return rows
 
+    def _seen(self, rows: List[Row]) -> List[Row]:
+        for row in rows:
+            if isinstance(row.get("step"), int):
+                self.last_step = row["step"]
+        return rows
+
     def _segment(self, raw: str) -> List[Row]:
         segment = _ANSI.sub("", raw)
+        if segment.startswith(ORCH_SAYS):  # the supervisor's own lines (a command line, say)
+            return []
+        rows: List[Row] = []
+        if self.table is not None:
+            line = _TABLE_LINE.match(segment)
+            if line and len(self.table[1]) < MAX_KEYS * 2:
+                self.table[1][line.group(1)] = line.group(2)
+                return []
+            rows = self._close_table()
+        header = _TABLE.match(segment)
+        if header:
+            self.table = (header.group(1), {}, self.clock())
+            return rows
         bar = _BAR.match(segment)
         if bar:
             n, total = int(bar.group(1)), int(bar.group(2))
-            rows: List[Row] = []
             if self.pending is not None:  # the redraw right after a dict line: that line's step
                 self.step, self.total = n, total
-                rows = self._emit(n)
+                rows += self._emit(n)
             elif self.total is None or total == self.total:  # not an eval bar
-                self.step = n
+                self.step = self.last_step = n
+        tqdm = _TQDM.match(segment) if bar or segment.rstrip().endswith("]") else None
+        if self.progress is not None:
+            row = progress_row(self.progress, segment, self.clock())
+            if row is not None:
+                return rows + self._limit(row, "bar" if tqdm else "line")
+        if tqdm:
+            return rows + self._bar_rows(tqdm)
+        if bar:
             return rows
-        logs = parse_dict(segment) if segment.lstrip().startswith("{") else None
-        if logs is None:
+        if segment.lstrip().startswith("{"):
+            logs = parse_dict(segment)
+            if logs is None:
+                return rows
+            rows += self._emit(self.step) if self.pending is not None else []
+            if number(logs.get("step")) is not None:
+                row = to_row(logs, None, self.total, "hf-log", self.clock())
+                return rows + ([row] if row else [])
+            self.pending = (logs, self.clock())
+            return rows
+        row = prefixed_dict_row(segment, self.clock()) if "{" in segment else None
+        if row is None:
+            row = text_row(segment, self.clock())
+        return rows + (self._limit(row, "line") if row else [])
+
+    def _bar_rows(self, m: "re.Match[str]") -> List[Row]:
+        """Rows from a tqdm bar whose description or postfix holds a loss. The step: one the
+        text names, else for Lightning's training bar (``Epoch E`` and ``v_num=`` in the postfix)
+        the batches done over the epochs (E * total + n), else the bar's n (total: its total).
+        An eval loss in the postfix is an eval row when it changes (Lightning shows it after
+        each validation)."""
+        desc, postfix = m.group("desc") or "", (m.group("postfix") or "")[1:]
+        if "loss" not in desc.lower() and "loss" not in postfix.lower():
             return []
-        rows = self.flush()
-        if number(logs.get("step")) is not None:
-            row = to_row(logs, None, self.total, "hf-log", self.clock())
-            return rows + ([row] if row else [])
-        self.pending = (logs, self.clock())
+        found = fields(desc + " , " + postfix)
+        if "loss" not in found and "eval_loss" not in found:
+            return []
+        n = int(m.group("n") or m.group("count"))
+        total = int(m.group("total")) if m.group("total") else None
+        step, total_steps = _line_step(found)
+        epoch = _LIGHTNING_DESC.match(desc)
+        if step is None and epoch and _LIGHTNING_POSTFIX.search(postfix):
+            e = int(epoch.group(1))
+            step = e * total + n if total else (n if e == 0 else None)
+        elif step is None:
+            step, total_steps = n, total
+        now = self.clock()
+        base: Row = {"time": now}
+        if step is not None:
+            base["step"] = step
+        if total_steps:
+            base["total_steps"] = total_steps
+        if "epoch" in found:
+            base["epoch"] = found["epoch"][0]
+        rows: List[Row] = []
+        if "eval_loss" in found and found["eval_loss"][0] != self.bar_eval:
+            self.bar_eval = found["eval_loss"][0]
+            rows.append(dict(base, eval_loss=self.bar_eval, source="log"))
+        if "loss" in found and step != self.bar_step:
+            self.bar_step = step
+            row = dict(base, source="log")
+            row.update((k, found[k][0]) for k in ("loss", "lr", "tokens_per_s", "grad_norm") if k in found)
+            rows += self._limit(row, "bar")
         return rows
+
+    def _limit(self, row: Row, kind: str) -> List[Row]:
+        """``row`` now, or held back as the newest (written by ``flush`` once due, or dropped
+        for a newer one): a bar gives a row per BAR_ROW_S, printed lines LINE_RATE a second in
+        bursts of LINE_BURST. Eval rows (eval_loss, no loss) always go at once."""
+        now = self.clock()
+        if kind == "line" and self._again(row, now):
+            return []
+        if "eval_loss" in row and "loss" not in row:
+            return [row]
+        if kind == "bar":
+            due = now if self.bar_at is None else self.bar_at + BAR_ROW_S
+        else:
+            self._refill(now)
+            due = now if self.tokens >= 1 else now + (1 - self.tokens) / LINE_RATE
+        if now < due:
+            self.held = (row, due, kind)
+            return []
+        self.held = None
+        self._spend(kind, now)
+        return [row]
+
+    def _again(self, row: Row, now: float) -> bool:
+        """Whether a printed line with this row's step, epoch and kind was read within SAME_S:
+        a script printing on every rank prints each line once per process."""
+        while self.recent:  # oldest first: forget what is older than SAME_S, and past MAX_RECENT
+            _, seen = next(iter(self.recent.items()))
+            if now - seen <= SAME_S and len(self.recent) < MAX_RECENT:
+                break
+            self.recent.popitem(last=False)
+        key = (row.get("step"), row.get("epoch"), "loss" in row, "eval_loss" in row)
+        if key in self.recent:
+            return True
+        self.recent[key] = now
+        return False
+
+    def _refill(self, now: float) -> None:
+        if self.tokens_at is not None:
+            self.tokens = min(LINE_BURST, self.tokens + max(0.0, now - self.tokens_at) * LINE_RATE)
+        self.tokens_at = now
+
+    def _spend(self, kind: str, now: float) -> None:
+        if kind == "bar":
+            self.bar_at = now
+        else:
+            self._refill(now)
+            self.tokens = max(0.0, self.tokens - 1)
+
+    def _close_table(self) -> List[Row]:
+        """HF's ``***** eval metrics *****`` table as an eval row at the last step seen (it is
+        printed after training); other splits (train: the summary; test, predict) are no rows."""
+        assert self.table is not None
+        split, values, seen = self.table
+        self.table = None
+        row = to_row(values, self.last_step, self.total, "log", seen) if split == "eval" else None
+        return [row] if row and "eval_loss" in row else []
 
     def _emit(self, step: Optional[int]) -> List[Row]:
         assert self.pending is not None
@@ -155,10 +458,21 @@ class LineParser:
         return [row] if row else []
 
     def flush(self, older_than: float = 0.0) -> List[Row]:
-        """Write a pending dict line with the last known step (no bar came after it)."""
-        if self.pending is None or self.clock() - self.pending[1] < older_than:
-            return []
-        return self._emit(self.step)
+        """What is waiting: a pending dict line (no bar came after it: the last known step) and
+        an eval table when older than ``older_than``; a held-back row once due (always with
+        ``older_than`` 0, as after the job ended)."""
+        now = self.clock()
+        rows: List[Row] = []
+        if self.pending is not None and now - self.pending[1] >= older_than:
+            rows += self._emit(self.step)
+        if self.table is not None and now - self.table[2] >= older_than:
+            rows += self._close_table()
+        if self.held is not None and (older_than == 0 or now >= self.held[1]):
+            row, _, kind = self.held
+            self.held = None
+            self._spend(kind, now)
+            rows.append(row)
+        return self._seen(rows)
 
 
 def find_trainer_state(root: str) -> Optional[str]:

@@ -28,6 +28,7 @@ from pydantic import (
 from orchestrator.spec.slurm import SlurmJob
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates
 from remote_payload.contract import envvars
+from remote_payload.contract.jobfolder import PROGRESS_GROUPS
 from remote_payload.contract.train_config import TrainConfig
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -43,7 +44,6 @@ MAX_ENV_TOTAL = 1 << 20
 MAX_ARG = 100 << 10
 MAX_COMMAND = 256 << 10
 MAX_SETUP = 1 << 20  # setup runs from a file on the server; this is only a sanity bound
-PROGRESS_GROUPS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")
 
 
 def size_text(n: int) -> str:

@@ -20,6 +20,7 @@ SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <
 NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", HASHES, SNAPSHOT)
 DEEPSPEED_HOSTFILE = "deepspeed_hostfile"  # a multi-node deepspeed job's nodes, written by each node's supervisor
 FREE_PORT = "@free-port@"  # in a plan's argv: a TCP port free on the node, picked by its supervisor at start
+PROGRESS_GROUPS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")  # launch.progress's
 BASH_ENV = "bash_env.sh"  # what BASH_ENV names in a job: the job's front of PATH after a login shell
 # What orch itself writes into a job folder beside NOT_LISTED (the names a manifest may list that
 # no job wrote): its records, its logs, the metrics, the trainer config, the setup script, a

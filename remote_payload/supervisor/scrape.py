@@ -26,7 +26,7 @@ A user script that never writes ``metrics.jsonl`` itself still gets STEP/LOSS/ET
   prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****`` table
   (``trainer.log_metrics``), at the last step seen. Never a step the line does not give.
 - ``progress``: lines matching the job's ``launch.progress`` regex (named groups among
-  ``PROGRESS_KEYS``), before the built-in formats.
+  ``PROGRESS_GROUPS``), before the built-in formats.
 
 Contracts: the built-in trainer (a job with ``train.json``) is never watched: it writes its
 own rows. A job that writes ``metrics.jsonl`` itself (``remote_payload.report`` or by hand)
@@ -51,6 +51,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from remote_payload.contract.jobfolder import PROGRESS_GROUPS
+
 POLL_S = 1.0
 STATE_SCAN_S = 15.0
 PENDING_MAX_S = 5.0  # a dict line no bar follows is written with the last known step after this
@@ -68,7 +70,6 @@ ALIASES = {"learning_rate": "lr", "val_loss": "eval_loss"}
 SKIP_SCAN = ("logs", "repro", "__pycache__", "node_modules")
 SOURCES = ("hf-log", "hf-state", "log", "progress")  # every row written here says which
 ORCH_SAYS = "[orch] "  # how the supervisor's own lines in the node log start
-PROGRESS_KEYS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")  # launch.progress groups
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _BAR = re.compile(r"^\s*\d{1,3}%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")  # tqdm without a description
@@ -244,7 +245,7 @@ def prefixed_dict_row(segment: str, now: float) -> Optional[Row]:
 
 
 def progress_row(pattern: "re.Pattern[str]", segment: str, now: float) -> Optional[Row]:
-    """A row from a line ``launch.progress`` matches: its named groups in PROGRESS_KEYS, as
+    """A row from a line ``launch.progress`` matches: its named groups in PROGRESS_GROUPS, as
     numbers (``1,000`` is 1000; a step or total that is not a whole number is left out). None
     when it does not match or gives no step, loss or eval_loss."""
     try:
@@ -255,7 +256,7 @@ def progress_row(pattern: "re.Pattern[str]", segment: str, now: float) -> Option
         return None
     row: Row = {"time": now}
     for key, text in m.groupdict().items():
-        if key not in PROGRESS_KEYS or not isinstance(text, str):
+        if key not in PROGRESS_GROUPS or not isinstance(text, str):
             continue
         value = number(text.strip().replace(",", "").replace("_", ""))
         if key in ("step", "total_steps"):

@@ -120,3 +120,7 @@ def test_a_resumed_attempt_gets_its_number_and_the_resume_args(orch: Orch, host:
     second = json.loads((job_dir / "status.json").read_text())
     assert second["attempt"] == 2 and second["resumed_from_step"] == 10
     assert second["first_started"] == first["started"] < second["started"]
+    rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["attempt"], r["step"]) for r in rows] == [(1, s) for s in range(1, 11)] + [(2, s) for s in range(1, 4)]
+    status = orch.json("status", job)["progress"]
+    assert (status["started_over_at"], status["resumed_from_step"]) == (3, 10)  # the script began again

@@ -23,11 +23,18 @@ def test_hostile_env_argv_and_file_names_arrive_verbatim(orch: Orch, host: str, 
         "print('FILES=' + json.dumps(sorted(os.listdir('.'))))\n"
     )
     spec = orch.cwd / "evil.yaml"
-    spec.write_text(json.dumps({
-        "name": "evil", "hosts": [host], "workspace": {"path": "ws"},
-        "env": {"EVIL": evil_env}, "launch": {"nproc_per_node": 1, "command": ["python", "show.py", *evil_args]},
-        "setup": f"echo 'setup ran' > /dev/null  # {canaries[5]} is only named, never touched",
-    }))
+
+    def write(env_value: str) -> None:
+        spec.write_text(json.dumps({
+            "name": "evil", "hosts": [host], "workspace": {"path": "ws"},
+            "env": {"EVIL": env_value}, "launch": {"nproc_per_node": 1, "command": ["python", "show.py", *evil_args]},
+            "setup": f"echo 'setup ran' > /dev/null  # {canaries[5]} is only named, never touched",
+        }))
+
+    write(evil_env)  # env values expand $NAME only: a `$(` is refused before anything runs
+    refused = orch("submit", str(spec), check=2)
+    assert "env.EVIL" in refused.stderr and "write $$ for a literal $" in refused.stderr
+    write(evil_env.replace("$", "$$"))  # `$$` is one `$`: the text arrives as written
     done = orch("submit", str(spec), "--follow", "--json")
     assert json.loads(done.stdout)["state"] == "succeeded"
     lines = {l.split("=", 1)[0]: json.loads(l.split("=", 1)[1]) for l in done.stderr.splitlines()

@@ -163,24 +163,14 @@ class Launch(Frozen):
                              "a GPU of its own (gpus: 0 runs on the CPU)")
         return self
 
-    @field_validator("command", mode="before")
+    @field_validator("command", "resume_args", mode="before")
     @classmethod
-    def _split_string(cls, value: Any) -> Any:
+    def _split_string(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             try:
                 return shlex.split(value)
             except ValueError as exc:
-                raise ValueError(f"cannot split command: {exc}") from None
-        return value
-
-    @field_validator("resume_args", mode="before")
-    @classmethod
-    def _split_resume_args(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"cannot split resume_args: {exc}") from None
+                raise ValueError(f"cannot split {info.field_name}: {exc}") from None
         return value
 
     @field_validator("progress")

@@ -223,14 +223,19 @@ class Topology:
 def argv(cmd: Command, top: Topology) -> list[str]:
     """The exact argv one node runs: the launcher through the host's python, orch's topology
     flags, then the command's own flags (less the ones orch sets) and its program."""
-    kept = [t for o in cmd.options if o.name not in OWNED[cmd.launcher] for t in o.tokens]
     head = [top.python, "-m", MODULES[cmd.launcher]]
     if cmd.launcher == "torchrun":
-        return [*head, *_torchrun(cmd, top), *kept, *cmd.extra, *cmd.program]
+        return [*head, *_torchrun(cmd, top), *_kept(cmd), *cmd.extra, *cmd.program]
     if cmd.launcher == "accelerate":
-        flags, kept = _accelerate(cmd, top, kept)
-        return [*head, *flags, *kept, *cmd.extra, *cmd.program]
-    return [*head, *_deepspeed(top), *kept, *cmd.extra, *cmd.program]
+        flags, replaced = _accelerate(cmd, top)
+        return [*head, *flags, *_kept(cmd, replaced), *cmd.extra, *cmd.program]
+    return [*head, *_deepspeed(top), *_kept(cmd), *cmd.extra, *cmd.program]
+
+
+def _kept(cmd: Command, also: frozenset[str] = frozenset()) -> list[str]:
+    """The command's own flags, as written, less the ones orch sets (and ``also``)."""
+    drop = OWNED[cmd.launcher] | also
+    return [t for o in cmd.options if o.name not in drop for t in o.tokens]
 
 
 def _torchrun(cmd: Command, top: Topology) -> list[str]:
@@ -242,7 +247,8 @@ def _torchrun(cmd: Command, top: Topology) -> list[str]:
             "--rdzv_endpoint", top.endpoint, "--rdzv_id", top.run_id, "--rdzv_conf", "join_timeout=300", *restarts]
 
 
-def _accelerate(cmd: Command, top: Topology, kept: list[str]) -> tuple[list[str], list[str]]:
+def _accelerate(cmd: Command, top: Topology) -> tuple[list[str], frozenset[str]]:
+    """orch's flags, and the command's mode flags they replace."""
     total = top.nproc * top.nnodes
     flags = ["--num_processes", str(total), "--num_machines", str(top.nnodes)]
     if top.nnodes > 1:
@@ -253,13 +259,12 @@ def _accelerate(cmd: Command, top: Topology, kept: list[str]) -> tuple[list[str]
         flags += ["--main_process_port", FREE_PORT]
     names = {o.name for o in cmd.options}
     if total > 1 and "cpu" in names:
-        kept = [t for o in cmd.options if o.name not in OWNED["accelerate"] | {"cpu"} for t in o.tokens]
-        flags.append("--multi_gpu")
-    elif total > 1 and not names & ACCELERATE_MODES:
-        flags.append("--multi_gpu")
-    elif total == 1 and "multi_gpu" in names:
-        kept = [t for o in cmd.options if o.name not in OWNED["accelerate"] | {"multi_gpu"} for t in o.tokens]
-    return flags, kept
+        return [*flags, "--multi_gpu"], frozenset({"cpu"})
+    if total > 1 and not names & ACCELERATE_MODES:
+        return [*flags, "--multi_gpu"], frozenset()
+    if total == 1 and "multi_gpu" in names:
+        return flags, frozenset({"multi_gpu"})
+    return flags, frozenset()
 
 
 def _deepspeed(top: Topology) -> list[str]:

@@ -166,6 +166,7 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import alpaca_data
 work = Path(sys.argv[2])
+alpaca_data.build_assets(work, "bench-gpt2")  # the tokenizer write_alpaca measures with
 alpaca_data.build_assets(work, "gpt2-124m")
 path, stats = alpaca_data.write_alpaca(work, 4096, 0)
 (work / "alpaca.jsonl").write_text(path.read_text())

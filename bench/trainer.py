@@ -193,8 +193,12 @@ def worker_hf(a: argparse.Namespace) -> None:
     tok = AutoTokenizer.from_pretrained(a.assets / a.model)
     rows = [{"input_ids": i, "labels": lab} for i, lab in load_rows(a.assets, a.data, tok)]
     args, attn = _common_args(a), None
-    if a.worker == "hf-group":
-        args["train_sampling_strategy"] = "group_by_length"
+    if a.worker == "hf-group":  # transformers 5's name; before it, group_by_length=True
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(TrainingArguments)}
+        args.update({"train_sampling_strategy": "group_by_length"} if "train_sampling_strategy" in names
+                    else {"group_by_length": True})
     if a.worker == "hf-flat":
         attn = _flash_or_none(a)
         collator = DataCollatorWithFlattening(return_flash_attn_kwargs=attn is not None)

@@ -273,7 +273,9 @@ def trainer_rows(ctx: Ctx, runs: list[Run], status: dict[str, str]) -> None:
                       else f"NO loss scale logged, loss {finite}")
         elif not result and run.name == "packed":
             mode = s["packing"] or "?"
-            why = "" if mode == "varlen" else f" (flash_attn {status.get('flash_attn', '?')})"
+            flash = status.get("flash_attn", "not installed")
+            why = "" if mode == "varlen" else " (flash_attn not installed)" if flash.startswith("not") \
+                else f" (flash_attn {flash} not used)"
             ratio = f", x{s['tok_s'] / got['padded']['tok_s']:.2f} padded" if "error" not in got.get("padded", {"error": 1}) else ""
             result = f"{mode}{why}{ratio}"
         elif not result and run.name == "padded":

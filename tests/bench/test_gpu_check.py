@@ -116,3 +116,37 @@ def test_the_table_replaces_its_own_block_in_results(tmp_path: Path) -> None:
     assert text.startswith("# Results\n\nkept above\n") and text.endswith("second table\n<!-- /gpu-check -->\n\nkept below\n")
     assert gc.table([("a", "b", "1", "2%", "3", "ok")]).splitlines() == [
         "| check | setup | tok/s | MFU | peak MiB | result |", "|---|---|---|---|---|---|", "| a | b | 1 | 2% | 3 | ok |"]
+
+
+def test_rows_read_each_run_against_its_reference() -> None:
+    """The result cells from run summaries (the shape `summarize` reads from metrics.jsonl)."""
+    gc = _gpu_check()
+    ctx = gc.Ctx(work=Path("/w"), steps=20, nproc=1, python=sys.executable, dry=False)
+    runs = gc.plan_runs(ctx)
+
+    def summary(tok_s: float, peak: float, **kw: object) -> dict:
+        return {"tok_s": tok_s, "mfu": kw.get("mfu"), "peak": peak, "scales": kw.get("scales", [None] * 20),
+                "losses": kw.get("losses", [2.0] * 20), "steps": 20, "packing": kw.get("packing"),
+                "merged_mib": kw.get("merged_mib")}
+
+    ctx.runs = {"bf16": summary(100_000, 20_000, mfu=0.41), "ckpt": summary(75_000, 5_000),
+                "fp16": summary(90_000, 19_000, scales=[65536.0] * 3 + [16384.0] * 17),
+                "padded": summary(50_000, 9_000), "packed": summary(80_000, 9_500, packing="bool_mask"),
+                "lora-1b": summary(30_000, 12_000), "qlora-1b": summary(20_000, 4_800, merged_mib=4196.0)}
+    gc.trainer_rows(ctx, runs, {"flash_attn": "not installed (pip found nothing)"})
+    rows = {r[0]: r for r in ctx.rows}
+    assert rows["GPT-2 124M bf16"][2:5] == ("100,000", "41.0%", "20,000")
+    assert rows["grad checkpointing"][5] == "memory -75%, speed x0.75"
+    assert rows["fp16 + GradScaler"][5] == "2 of 20 steps skipped, scale 16384, loss finite"
+    assert rows["alpaca packed"][5] == "bool_mask (flash_attn not installed), x1.60 padded"
+    assert rows["Llama 1.1B QLoRA"][5] == "memory -60% vs LoRA, merged 4,196 MiB"
+
+    ctx.rows = []
+    ctx.runs = {"bf16": {"error": "CUDA out of memory"}, "qlora-1b": {"error": "memory.quantize 4bit needs bitsandbytes"},
+                "fp16": summary(90_000, 19_000, scales=[65536.0] * 20, losses=[float("nan")] * 20)}
+    gc.trainer_rows(ctx, runs, {})
+    rows = {r[0]: r for r in ctx.rows}
+    assert rows["GPT-2 124M bf16"][2:] == ("", "", "", "CUDA out of memory")
+    assert rows["grad checkpointing"][5] == "did not run" and rows["alpaca padded"][5] == "did not run"
+    assert rows["fp16 + GradScaler"][5] == "0 of 20 steps skipped, scale 65536, loss NOT finite"
+    assert rows["Llama 1.1B QLoRA"][5] == "memory.quantize 4bit needs bitsandbytes"

@@ -16,6 +16,8 @@
 # Needs torch with CUDA, transformers, peft, tokenizers (bitsandbytes for the QLoRA rows,
 # flash_attn for the varlen packing path); no network (models and data are generated).
 # Budget: about 6-8 minutes on one H100/H200-class GPU (10 runs, mostly start-up).
+# The one-table check of what only a GPU shows (checkpointing, GradScaler, QLoRA on a 1.1B
+# Llama-style model, nproc auto, the queue, Trainer/TRL on the same card): bench/gpu_check.py.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,7 +1,18 @@
-"""Useful tokens/s of CPU fine-tuning on variable-length instruction data: remote_payload.train
-(packed, padded, length-grouped) vs a bare PyTorch loop vs Hugging Face `Trainer` vs TRL `SFTTrainer`.
+"""Useful tokens/s of fine-tuning on variable-length instruction data: remote_payload.train
+(packed, padded, length-grouped) vs a bare PyTorch loop vs Hugging Face `Trainer` (its default, its
+length grouping, its padding-free flattening) vs TRL `SFTTrainer` (padding-free packing).
 
     python bench/trainer.py [--steps 8] [--warmup 2] [--trl-steps 3] [--repeat 5] [--layouts 1x1,2x1] [--repo PATH]
+    python bench/trainer.py --device cuda --model gpt2-124m --layouts 1x4 --impls ours-pack,hf-group,hf-flat,trl
+
+Anchors at their best documented settings: `hf` is `Trainer` at its defaults (random order, padding
+per batch); `hf-group` adds `train_sampling_strategy="group_by_length"` (transformers 5's name for
+`group_by_length=True`: LengthGroupedSampler); `hf-flat` feeds `DataCollatorWithFlattening` (each
+batch one padding-free row with restarting position_ids: flash-attention varlen on a GPU with
+flash_attn, sdpa with the block mask transformers derives from the position ids otherwise);
+`trl` is SFTTrainer's padding-free packing. All use the fused AdamW (HF's default since torch 2.8);
+`--hf-compile` adds `torch_compile=True` to the Trainer rows (TRL's too). On a GPU (`--device
+cuda`) every implementation runs bf16 autocast, the others fp32.
 
 Measured: USEFUL tokens/s = non-padding input tokens of the batches consumed in the steps after the
 warm-up, summed over processes, / rank 0's wall time of those steps. Every implementation counts
@@ -11,7 +22,7 @@ are padding) and peak RSS (max over all processes of a run, torchrun's agent inc
 getrusage(RUSAGE_CHILDREN) of a wrapper). Cells: median (min-max) of `--repeat` interleaved rounds,
 each running every cell once in a rotated order. Data: alpaca-style, built offline
 (bench/alpaca_data.py), 20-400 tokens, log-normal. Model: GPT-2 4 layers x 256 (n_positions 512),
-random init, the tiny BPE tokenizer; fp32, batch 8/process, max_length 512, lr 2e-4, clip 1.0,
+random init (`--model`), the tiny BPE tokenizer; fp32 (bf16 on a GPU), batch 8/process, max_length 512, lr 2e-4, clip 1.0,
 seed 42, fused AdamW, torchrun (gloo), OMP_NUM_THREADS set; layout PxT = P processes x T threads.
 TRL's padding-free steps are ~8x slower on CPU, so it runs `--trl-steps` (1 warm-up): its timed
 window is still the longest in seconds. Not a test: read the ratios.
@@ -37,27 +48,32 @@ from alpaca_data import MAX_LEN, MODELS, TEXT_SEQ, build_assets, load_rows  # no
 
 BATCH, LR, SEED = 8, 2e-4, 42
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["c_attn"]}
-IMPLS = ("ours-pack", "ours-pad", "ours-group", "bare", "hf", "trl")
+IMPLS = ("ours-pack", "ours-pad", "ours-group", "bare", "hf", "hf-group", "hf-flat", "trl")
+ANCHORS = ("hf", "hf-group", "hf-flat", "trl")  # the rows the goal (ours-pack >= 1.3x the best) is measured against
+WORKERS = ("bare", *ANCHORS)
 OURS_DATA = {"ours-pack": {"packing": True}, "ours-pad": {}, "ours-group": {"group_by_length": True}}
 # Runs torchrun, then writes the max RSS (MiB) of all its descendants (agent and ranks).
 _WRAP = ("import json, resource, subprocess, sys; rc = subprocess.run(sys.argv[2:]).returncode; open(sys.argv[1], 'w')"
          ".write(json.dumps(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)); sys.exit(rc)")
 
 
-def _model(assets: Path, mode: str):
-    """The bench GPT-2 in fp32, seeded, LoRA-wrapped for mode lora, in train mode (dropout on, as in ours)."""
+def _model(a: argparse.Namespace, attn: str | None = None, device: str = "cpu"):
+    """The bench GPT-2 (`a.model`) in fp32 on `device`, seeded, LoRA-wrapped for mode lora, in train
+    mode (dropout on, as in ours); `attn` an attn_implementation (None: transformers' default)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_pretrained(assets / "bench-gpt2", dtype=torch.float32)
+    extra = {"attn_implementation": attn} if attn else {}
+    model = AutoModelForCausalLM.from_pretrained(a.assets / a.model, dtype=torch.float32, **extra)
+    mode = a.mode
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
                                                  target_modules=LORA["target_modules"], task_type="CAUSAL_LM"))
     model.train()
-    return model
+    return model.to(device)
 
 
 def _count(inputs: dict) -> list[int]:
@@ -80,11 +96,15 @@ def worker_bare(a: argparse.Namespace) -> None:
     from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    cuda = a.device == "cuda"
+    device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(device)
     if world > 1:
-        dist.init_process_group("gloo")
-    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+        dist.init_process_group("nccl" if cuda else "gloo")
+    tok = AutoTokenizer.from_pretrained(a.assets / a.model)
     rows, collate = load_rows(a.assets, a.data, tok), DataCollatorForSeq2Seq(tok, label_pad_token_id=-100)
-    raw = _model(a.assets, a.mode)
+    raw = _model(a, device=device)
     model = torch.nn.parallel.DistributedDataParallel(raw, gradient_as_bucket_view=True) if world > 1 else raw
     params = [p for p in raw.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0, fused=True)
@@ -95,18 +115,22 @@ def worker_bare(a: argparse.Namespace) -> None:
             counts, t0 = [0, 0, 0], time.perf_counter()
         first = (step * world + rank) * BATCH
         picked = [rows[order[i % len(rows)]] for i in range(first, first + BATCH)]
-        batch = collate([{"input_ids": ids, "labels": labels} for ids, labels in picked])
-        model(**batch, use_cache=False).loss.backward()
+        batch = collate([{"input_ids": ids, "labels": labels} for ids, labels in picked]).to(device)
+        with torch.autocast("cuda", torch.bfloat16, enabled=cuda):
+            loss = model(**batch, use_cache=False).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         counts = [c + n for c, n in zip(counts, _count(batch))]
+    if cuda:
+        torch.cuda.synchronize()
     _write(a.result, counts, time.perf_counter() - t0)
     if world > 1:
         dist.destroy_process_group()
 
 
-def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, **kwargs) -> None:
+def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, attn: str | None = None, **kwargs) -> None:
     """Train with `trainer_cls` (Trainer or SFTTrainer), counting every batch as fed to the model
     (training_step) and timing steps warmup+1..steps (on_step_end); `probe(model)` goes in the result."""
     from transformers import TrainerCallback
@@ -116,6 +140,10 @@ def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, **kwargs) ->
 
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
+            if a.device == "cuda":
+                import torch
+
+                torch.cuda.synchronize()
             marks[state.global_step] = time.perf_counter()
 
     class Counting(trainer_cls):
@@ -123,7 +151,7 @@ def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, **kwargs) ->
             seen.append(_count(inputs))
             return super().training_step(model, inputs, *rest, **kw)
 
-    trainer = Counting(model=_model(a.assets, a.mode), args=args, callbacks=[Clock()], **kwargs)
+    trainer = Counting(model=_model(a, attn), args=args, callbacks=[Clock()], **kwargs)  # Trainer places it
     trainer.train()
     assert len(seen) == a.steps, (len(seen), a.steps)
     extra = {"attn": trainer.model.config._attn_implementation, "padding_free": getattr(trainer, "padding_free", None),
@@ -139,23 +167,46 @@ def _hf_train(a: argparse.Namespace, trainer_cls, args, probe=None, **kwargs) ->
 
 
 def _common_args(a: argparse.Namespace) -> dict:
-    """TrainingArguments shared by Trainer and SFTTrainer; fp32 spelled out (SFTConfig defaults to
-    bf16=True, which is bf16 autocast on a CPU too); HF defaults otherwise (fused AdamW, linear
-    schedule, DDP find_unused_parameters=True for these models); no saving or reporting."""
+    """TrainingArguments shared by Trainer and SFTTrainer; fp32 on a CPU spelled out (SFTConfig
+    defaults to bf16=True, which is bf16 autocast on a CPU too), bf16 on a GPU; `torch_compile` with
+    --hf-compile; HF defaults otherwise (fused AdamW, linear schedule, DDP find_unused_parameters=True
+    for these models); no saving or reporting."""
+    cuda = a.device == "cuda"
     return dict(output_dir=str(a.result.parent / "hf-out"), per_device_train_batch_size=BATCH, max_steps=a.steps,
-                learning_rate=LR, warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, logging_steps=10**9, bf16=False,
-                fp16=False, save_strategy="no", report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
-                seed=SEED)
+                learning_rate=LR, warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, logging_steps=10**9, bf16=cuda,
+                fp16=False, save_strategy="no", report_to=[], use_cpu=not cuda, dataloader_num_workers=0,
+                disable_tqdm=True, seed=SEED, torch_compile=a.hf_compile)
+
+
+def _flash_or_none(a: argparse.Namespace) -> str | None:
+    """flash_attention_2 on a GPU with flash_attn installed (varlen for flattened rows), else None."""
+    return "flash_attention_2" if a.device == "cuda" and importlib.util.find_spec("flash_attn") else None
 
 
 def worker_hf(a: argparse.Namespace) -> None:
-    """Hugging Face `Trainer`, padding per batch with DataCollatorForSeq2Seq (labels -100 on pads)."""
-    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+    """Hugging Face `Trainer`. `hf`: defaults, padding per batch with DataCollatorForSeq2Seq (labels
+    -100 on pads); `hf-group`: the same with train_sampling_strategy="group_by_length"; `hf-flat`:
+    DataCollatorWithFlattening (one padding-free row per batch, position_ids restarting per example,
+    the first label of each example -100; flash-attention kwargs precomputed when flash_attn runs)."""
+    from transformers import AutoTokenizer, DataCollatorForSeq2Seq, DataCollatorWithFlattening, Trainer, TrainingArguments
 
-    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+    tok = AutoTokenizer.from_pretrained(a.assets / a.model)
     rows = [{"input_ids": i, "labels": lab} for i, lab in load_rows(a.assets, a.data, tok)]
-    _hf_train(a, Trainer, TrainingArguments(**_common_args(a)), train_dataset=rows,
-              data_collator=DataCollatorForSeq2Seq(tok, label_pad_token_id=-100))
+    args, attn = _common_args(a), None
+    if a.worker == "hf-group":  # transformers 5's name; before it, group_by_length=True
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(TrainingArguments)}
+        args.update({"train_sampling_strategy": "group_by_length"} if "train_sampling_strategy" in names
+                    else {"group_by_length": True})
+    if a.worker == "hf-flat":
+        attn = _flash_or_none(a)
+        collator = DataCollatorWithFlattening(return_flash_attn_kwargs=attn is not None)
+        args["remove_unused_columns"] = False
+    else:
+        collator = DataCollatorForSeq2Seq(tok, label_pad_token_id=-100)
+    probe = (lambda model: _isolation(model, tok)) if a.worker == "hf-flat" else None
+    _hf_train(a, Trainer, TrainingArguments(**args), probe=probe, attn=attn, train_dataset=rows, data_collator=collator)
 
 
 def worker_trl(a: argparse.Namespace) -> None:
@@ -165,11 +216,11 @@ def worker_trl(a: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    tok = AutoTokenizer.from_pretrained(a.assets / "bench-gpt2")
+    tok = AutoTokenizer.from_pretrained(a.assets / a.model)
     rows = [json.loads(line) for line in (a.assets / a.data).read_text().splitlines()]
     data = Dataset.from_list([{"prompt": alpaca_data.format_prompt(r), "completion": r["output"]} for r in rows])
     _hf_train(a, SFTTrainer, SFTConfig(**_common_args(a), packing=True, max_length=MAX_LEN), train_dataset=data,
-              processing_class=tok, probe=lambda model: _isolation(model, tok))
+              processing_class=tok, attn=_flash_or_none(a), probe=lambda model: _isolation(model, tok))
 
 
 def _isolation(model, tok) -> float:
@@ -179,11 +230,13 @@ def _isolation(model, tok) -> float:
     import torch
 
     first, second = tok(" ".join(["The red cat sees the dog."] * 4))["input_ids"], tok("A blue bird.")["input_ids"]
-    positions = torch.tensor([list(range(len(first))) + list(range(len(second)))])
+    device = next(model.parameters()).device
+    positions = torch.tensor([list(range(len(first))) + list(range(len(second)))], device=device)
     model.eval()
-    with torch.no_grad():
-        packed = model(input_ids=torch.tensor([first + second]), position_ids=positions, use_cache=False).logits
-        return float((packed[0, len(first):] - model(input_ids=torch.tensor([second]), use_cache=False).logits[0]).abs().max())
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
+        packed = model(input_ids=torch.tensor([first + second], device=device), position_ids=positions, use_cache=False).logits
+        alone = model(input_ids=torch.tensor([second], device=device), use_cache=False).logits
+        return float((packed[0, len(first):] - alone[0]).abs().max())
 
 
 def torchrun(layout: str, tail: list[str], cwd: Path, repo: Path, log: Path) -> float:
@@ -201,11 +254,15 @@ def torchrun(layout: str, tail: list[str], cwd: Path, repo: Path, log: Path) -> 
     return json.loads(log.with_suffix(".rss").read_text())
 
 
-def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path) -> dict:
-    """One run of `repo`'s remote_payload.train (`kind` in OURS_DATA); rates from metrics.jsonl rows after warm-up."""
+def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path,
+             model: str = "bench-gpt2", device: str = "cpu", hf_compile: bool = False) -> dict:
+    """One run of `repo`'s remote_payload.train (`kind` in OURS_DATA); rates from metrics.jsonl rows
+    after warm-up. bf16 on a GPU (the trainer picks flash-attention varlen for packed rows when
+    flash_attn is installed), fp32 on a CPU; `hf_compile` is the anchors' option and ignored here."""
     out = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-{layout}-", dir=work))
     text = data == "text"
-    cfg = {"model": "bench-gpt2", "finetune": mode, "lora": LORA if mode == "lora" else None, "precision": "fp32",
+    precision = "bf16" if device == "cuda" else "fp32"
+    cfg = {"model": model, "finetune": mode, "lora": LORA if mode == "lora" else None, "precision": precision,
            "data": {"train": "bench-gpt2.jsonl" if text else data, "format": "text" if text else "alpaca",
                     "max_length": TEXT_SEQ if text else MAX_LEN, **OURS_DATA[kind]},
            "batch_size": BATCH, "max_steps": steps, "lr": LR, "warmup_steps": 0, "seed": SEED, "max_grad_norm": 1.0,
@@ -222,21 +279,23 @@ def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: 
             "note": next((ln.split("INFO ")[-1] for ln in (out / "log.txt").read_text().splitlines() if "INFO packing" in ln), None)}
 
 
-def run_worker(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path) -> dict:
+def run_worker(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path,
+               model: str = "bench-gpt2", device: str = "cpu", hf_compile: bool = False) -> dict:
     """One torchrun of this file's `worker_<kind>`: the ranks' counts summed, over rank 0's timed window."""
     out = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-{layout}-", dir=work)) / "result"
     rss = torchrun(layout, [__file__, "--worker", kind, "--assets", str(assets), "--data", data, "--mode", mode, "--steps",
-                            str(steps), "--warmup", str(warmup), "--result", str(out)], assets, repo, out.with_name("log.txt"))
+                            str(steps), "--warmup", str(warmup), "--result", str(out), "--model", model, "--device", device,
+                            *(["--hf-compile"] if hf_compile else [])], assets, repo, out.with_name("log.txt"))
     ranks = [json.loads(out.with_name(f"result.rank{r}").read_text()) for r in range(int(layout.split("x")[0]))]
     total, elapsed = {k: sum(r[k] for r in ranks) for k in ("tokens", "labels", "slots")}, ranks[0]["elapsed"]
     return {"tokens_per_s": total["tokens"] / elapsed, "labels_per_s": total["labels"] / elapsed, "rss_mb": rss,
             "padding": 1 - total["tokens"] / total["slots"], "log": out.with_name("log.txt"), "info": ranks[0]}
 
 
-def run_impl(kind: str, *args) -> dict:
+def run_impl(kind: str, *args, **options) -> dict:
     """`run_ours` or `run_worker` by kind, with the same arguments; adds `wall_s`."""
     t0 = time.perf_counter()
-    result = (run_ours if kind in OURS_DATA else run_worker)(kind, *args)
+    result = (run_ours if kind in OURS_DATA else run_worker)(kind, *args, **options)
     return {**result, "wall_s": time.perf_counter() - t0}
 
 
@@ -263,6 +322,19 @@ def header(repo: Path) -> str:
             + f"; ours from {repo}")
 
 
+def _gpu_name() -> str:
+    import torch
+
+    return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})" if torch.cuda.is_available() else "no GPU visible"
+
+
+def _best_anchor(cells: dict, impls: list[str], layout: str) -> tuple[str, float] | None:
+    """(name, median useful tokens/s) of the fastest anchor row (ANCHORS) measured at `layout`."""
+    rates = {i: statistics.median(r["tokens_per_s"] for r in cells[i, layout]) for i in impls
+             if i in ANCHORS and cells[i, layout]}
+    return max(rates.items(), key=lambda kv: kv[1]) if rates else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--steps", type=int, default=8)
@@ -275,16 +347,23 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose remote_payload 'ours' runs")
     parser.add_argument("--assets", type=Path, default=Path(tempfile.gettempdir()) / "orch-bench-trainer-assets")
     parser.add_argument("--build", choices=sorted(MODELS), help="only build that model and its text data under --assets")
-    parser.add_argument("--worker", choices=["bare", "hf", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="bench-gpt2", choices=sorted(MODELS), help="the random-init GPT-2 (%(default)s)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: bf16 autocast, one GPU per process")
+    parser.add_argument("--hf-compile", action="store_true", help="torch_compile=True for Trainer and SFTTrainer")
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--data", default="text", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.worker:
-        return {"bare": worker_bare, "hf": worker_hf, "trl": worker_trl}[a.worker](a)
+        return worker_bare(a) if a.worker == "bare" else worker_trl(a) if a.worker == "trl" else worker_hf(a)
     a.assets, a.repo = a.assets.resolve(), a.repo.resolve()
     build_assets(a.assets, a.build or "bench-gpt2")
     if a.build:
         return
+    build_assets(a.assets, a.model)
+    unknown = set(a.impls.split(",")) - set(IMPLS)
+    if unknown:
+        sys.exit(f"unknown --impls {sorted(unknown)}; choose from {','.join(IMPLS)}")
     if not 1 <= a.warmup < a.steps or a.trl_steps < 2:
         sys.exit("need 1 <= --warmup < --steps and --trl-steps >= 2")
     impls, layouts, notes = a.impls.split(","), a.layouts.split(","), []
@@ -294,8 +373,11 @@ def main() -> None:
     procs = max(int(x.split("x")[0]) for x in layouts)
     # No implementation wraps around the data: a packed row holds ~4 examples (mean ~119 tokens).
     data, dist = alpaca_data.write_alpaca(a.assets, max(4096, a.steps * procs * BATCH * 6), SEED)
-    print(f"# Useful tokens/s, variable-length instruction data, CPU\n\n{header(a.repo)}.\nGPT-2 4x256 random init, "
-          f"{a.mode}, fp32, batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
+    n_layer, n_embd = MODELS[a.model][:2]
+    where = "CPU" if a.device == "cpu" else _gpu_name()
+    print(f"# Useful tokens/s, variable-length instruction data, {where}\n\n{header(a.repo)}.\nGPT-2 {n_layer}x{n_embd} "
+          f"({a.model}) random init, {a.mode}, {'fp32' if a.device == 'cpu' else 'bf16'}, "
+          f"{'torch_compile on the HF rows, ' if a.hf_compile else ''}batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
           f"{a.trl_steps} (1)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
           f"tokens/example min {dist['min']}, median {dist['median']:.0f}, mean {dist['mean']:.1f}, p90 {dist['p90']}, "
           f"max {dist['max']}.\n", flush=True)
@@ -307,7 +389,8 @@ def main() -> None:
                     continue
                 steps, warmup = (a.trl_steps, 1) if impl == "trl" else (a.steps, a.warmup)
                 try:
-                    res = run_impl(impl, a.assets, data.name, a.mode, lay, steps, warmup, Path(tmp), a.repo)
+                    res = run_impl(impl, a.assets, data.name, a.mode, lay, steps, warmup, Path(tmp), a.repo,
+                                   model=a.model, device=a.device, hf_compile=a.hf_compile)
                 except RuntimeError as exc:
                     if impl != "trl":
                         sys.exit(str(exc))
@@ -327,10 +410,18 @@ def main() -> None:
             ratio = f"{pack / statistics.median(r['tokens_per_s'] for r in rs):.2f}" if pack else "n/a"
             print(f"| {impl} | {lay} | {spread([r['tokens_per_s'] for r in rs])} | {ratio} | {spread([r['labels_per_s'] for r in rs])}"
                   f" | {spread([100 * r['padding'] for r in rs], '{:.1f}')} | {spread([r['rss_mb'] for r in rs])} |")
+    for lay in layouts:
+        best = _best_anchor(cells, impls, lay)
+        if best and "ours-pack" in impls:
+            pack = statistics.median(r["tokens_per_s"] for r in cells[("ours-pack", lay)])
+            print(f"\n{lay}: ours-pack / the best anchor ({best[0]}) = {pack / best[1]:.2f} (goal: >= 1.3)")
     print(f"\nLoad avg {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end. Ratios are of medians. Peak RSS: max over "
           "all processes of a run (torchrun agent + ranks). ours-pad/-group pass no attention mask (right padding under "
-          "causal attention), bare and hf the collator's mask; hf and trl use HF defaults (DDP find_unused_parameters=True).")
+          "causal attention), bare, hf and hf-group the collator's mask; hf-flat and trl no mask (position_ids restart "
+          "per example); the HF rows use HF's DDP default (find_unused_parameters=True).")
     notes += [f"ours-pack {lay}: {rs[0]['note']}" for (impl, lay), rs in cells.items() if impl == "ours-pack" and rs]
+    notes += [f"hf-flat: attn_implementation {rs[0]['info']['attn']}; a packed example vs alone: max |Δlogit| "
+              f"{rs[0]['info']['isolation']:.1e} (~1e-6: isolated)" for (impl, _), rs in cells.items() if impl == "hf-flat" and rs][:1]
     for r in [rs[0] for (impl, _), rs in cells.items() if impl == "trl" and rs][:1]:
         i = r["info"]
         notes.append(f"TRL: attn_implementation {i['attn']}, packing_strategy {i['packing_strategy']}, padding_free "

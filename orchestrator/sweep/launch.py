@@ -255,7 +255,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
     files = selection.select_files(workspace, first.spec.workspace.exclude, skipped)
     warnings = selection.warnings_for(files, skipped)
     project = selection.project_name(workspace)
-    older = {r.hosts[0] for c in todo for r in reserved.get(c.index, [])} - set(pool)
+    older = {r.hosts[0] for c in todo for r in reserved.get(c.index, [])}
     say(f"sweep {name}: {len(todo)} job(s) on " + ", ".join(f"{h.name} ({h.target})" for h in pool.values()
                                                             if any(c.host == h.name for c in todo)))
     launched: list[int] = []
@@ -263,7 +263,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
         hosts = _Hosts(inventory, registry, trust, project, stack)
         try:
             known = list(pool.values())
-            for other in sorted(older):  # hosts of earlier reservations, asked whether they started
+            for other in sorted(older - set(pool)):  # hosts of earlier reservations, asked whether they started
                 try:
                     known.append(inventory.get(other))
                 except OrchError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,20 @@ def the_command(stderr: str) -> list[str]:
     return argv[1:]
 
 
+def paused_submit(orch: Orch, hooks: Path, point: str, *args: str) -> subprocess.Popen[str]:
+    """``orch submit job.yaml ARGS`` in the background, held at pause point ``point``
+    (orchestrator/testhooks.py) until the test touches ``hooks/<point>.go``."""
+    hooks.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", "job.yaml", *args], cwd=orch.cwd,
+                            env={**orch.env, **QUIET, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    began = time.time()
+    while not (hooks / f"{point}.reached").exists():
+        assert time.time() - began < 120 and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
 def jobs_on(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "jobs").glob("tiny-*"))
 
@@ -106,15 +121,7 @@ def test_a_launch_cut_off_on_one_host_never_stops_the_other_and_its_reservation_
     orch = pool
     write(orch, "box2, box")  # box2 first: the first launch (combination 1) is the one cut
     hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", "job.yaml", "--sweep-name", "s2",
-                             "--json"], cwd=orch.cwd,
-                            env={**orch.env, **QUIET, "ORCH_TEST_PAUSE": f"launch-half-sent:{hooks}"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    began = time.time()
-    while not (hooks / "launch-half-sent.reached").exists():
-        assert time.time() - began < 120 and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    proc = paused_submit(orch, hooks, "launch-half-sent", "--sweep-name", "s2", "--json")
     proxy.cut()  # half a launch request reached box2: it starts nothing
     (hooks / "launch-half-sent.go").touch()
     stdout, stderr = proc.communicate(timeout=120)
@@ -136,3 +143,23 @@ def test_a_launch_cut_off_on_one_host_never_stops_the_other_and_its_reservation_
     assert len(listed) == 4 and rows[1]["job_id"] not in [j["job_id"] for j in listed]  # the stale one is gone
     assert sweep_summary(orch, "s2") == "4 combinations: 4 succeeded"
     assert len(jobs_on(orch.remote_root)) == 4
+
+
+def test_ctrl_c_after_the_sync_leaves_no_reservation_and_names_the_command_that_submits_them(
+        pool: Orch, tmp_path: Path) -> None:
+    orch = pool
+    write(orch, "box, box2")
+    proc = paused_submit(orch, tmp_path / "hooks", "after-sync", "--sweep-name", "s3", "--only", "1-3")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and stdout == ""
+    assert "sweep s3: 3 of 3 combination(s) not started:" in stderr and "  #3 (X=c): interrupted" in stderr
+    command = the_command(stderr)
+    assert command == ["submit", "job.yaml", "--sweep-name", "s3", "--only", "1,2,3"]
+    assert orch.json("ls") == []  # nothing reserved, nothing to settle
+    done = orch.json(*command, env=QUIET)
+    assert [(j["combination"], j["host"]) for j in done] == [(1, "box"), (2, "box2"), (3, "box")]
+    for job in done:
+        assert orch.wait_state(job["job_id"], TERMINAL)["state"] == "succeeded"
+    assert sweep_summary(orch, "s3") == "4 combinations: 3 succeeded, 1 not started"

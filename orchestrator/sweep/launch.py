@@ -27,6 +27,7 @@ Contracts:
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -392,20 +393,27 @@ def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, jo
 
 
 def missed_report(result: SweepResult, command: list[str], hosts_given: list[str] | None) -> str:
-    """The message of a submit that left combinations out: a line per combination (``#N
-    (values): reason``), then the one command that submits exactly those: ``command`` (the
-    submit as given, with ``--sweep-name``) plus ``--only`` and, when a host of the pool did
-    not answer and others did, ``--hosts`` of those that did (else the ``--hosts`` given)."""
+    """The message of a submit that left combinations out: the combinations of each reason
+    (``#N (values), ...: reason``, wrapped at 80 columns), then the one command that submits
+    exactly those: ``command`` (the submit as given, with ``--sweep-name``) plus ``--only``
+    and, when a host of the pool did not answer and others did, ``--hosts`` of those that
+    did (else the ``--hosts`` given)."""
     total = len(result.jobs) + len(result.missed)
     lines = [f"sweep {result.name}: {len(result.missed)} of {total} combination(s) not started:"]
-    lines += [f"  #{m.combo.index} ({m.combo.short_label()}): {m.reason}" for m in result.missed]
+    by_reason: dict[str, list[Missed]] = {}
+    for m in result.missed:
+        by_reason.setdefault(m.reason, []).append(m)
+    for reason, group in by_reason.items():
+        which = ", ".join(f"#{m.combo.index} ({m.combo.short_label()})" for m in group)
+        lines += textwrap.wrap(f"{which}: {reason}", 80, initial_indent="  ", subsequent_indent="      ",
+                               break_on_hyphens=False)
     unreachable = any(m.code == 3 for m in result.missed)
     pool = result.answered if unreachable and result.answered else hosts_given
     argv = [*command, "--only", ",".join(str(m.combo.index) for m in result.missed), *(["--hosts", ",".join(pool)]
                                                                                        if pool else [])]
     if unreachable and result.answered:
-        lines.append(f"to submit exactly these on {', '.join(result.answered)} (or, without --hosts, on their own "
-                     "hosts once they answer):")
+        lines.append(f"to submit exactly these on {', '.join(result.answered)} (without --hosts: on their own "
+                     "hosts):")
     else:
         lines.append("to submit exactly these (--hosts H1,H2 puts them on other hosts):")
     return "\n".join(lines + ["  " + shell.join(argv)])

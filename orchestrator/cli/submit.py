@@ -66,13 +66,14 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
       orch submit job.yaml --pull-remote-edits   # after editing on the server in VSCode
       orch submit job.yaml --sweep train.lr=1e-4,3e-4 --sweep train.lora.r=8,16   # 4 jobs
       orch submit job.yaml --sweep env.LR=1e-4,3e-4 --sweep-name lr-try
-      orch submit job.yaml --sweep env.LR=1e-4,3e-4 --sweep-name lr-try --only 2 --hosts box
+      orch submit job.yaml --sweep env.LR=1e-4,3e-4 --only 2 --hosts box2
 
     \b
-    A sweep submits each combination on its own: one that cannot start (its host
-    unreachable, a launch refused, Ctrl-C) never stops the others; the ones left out are
-    named with the command that submits exactly those, and the exit code is not 0
-    (130 interrupted, 3 a host unreachable, else that of the first left out).
+    A sweep submits each combination on its own: one that cannot start
+    (its host unreachable, a launch refused, Ctrl-C) never stops the
+    others; those left out are named with the command that submits
+    exactly them, and the exit code is not 0 (130 interrupted, 3 a host
+    unreachable, else that of the first left out; docs/sweeps.md).
     """
     loaded = load_spec(spec_file)
     if force and pull_remote_edits:

@@ -63,6 +63,16 @@ class RootNotWritable(RemoteError):
                          f"e.g. orch hosts add {host} ... --root {example}")
 
 
+class SweepIncomplete(OrchError):
+    """Some combinations of a sweep did not start (the others did): the message names each
+    with its reason and the command that submits exactly those; the exit code is the one
+    of the cause (docs/sweeps.md: 130 interrupted, 3 a host unreachable, else the first's)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
 class NotSaved(OrchError):
     """``orch hosts add`` failed before it saved anything: the cause's message and exit code,
     and a line saying the inventory was left as it was."""

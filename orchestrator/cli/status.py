@@ -202,7 +202,8 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
     def render(statuses: dict[str, dict[str, Any]]) -> list[str]:
         if found is not None:  # one row per combination of the sweep
             rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
-            return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(app, wide), known_ids)
+            return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(app, wide), known_ids,
+                                           sweepstatus.combinations_of(found))
         return _lines(app, records, statuses, known_ids, width_for(app, wide), single=bool(job))
 
     if not watch:

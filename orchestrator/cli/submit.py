@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ from orchestrator.checks.laptop import laptop_checks, laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
-from orchestrator.errors import UsageError
+from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.jobs.submit import submit
 from orchestrator.plan.build import plan_text
@@ -43,12 +44,18 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
 @click.option("--sweep-name", metavar="NAME", default=None,
               help="The sweep's name (default <job name>-sweep-<yyyymmdd-hhmmss>); the same name again submits only "
                    "the combinations not launched yet.")
+@click.option("--only", "only_text", metavar="N,N-M", default=None,
+              help="With a sweep: submit only these combinations (numbers from 1, as orch status --sweep shows "
+                   "them); those already started are skipped all the same.")
+@click.option("--hosts", "hosts_text", metavar="H1,H2", default=None,
+              help="With a sweep: spread the combinations submitted round-robin over these hosts instead of the "
+                   "job file's hosts: (a submit that left combinations out prints this command for them).")
 @click.option("--priority", type=int, default=None, metavar="N",
               help="Set launch.priority to N for this submit (every job of a sweep).")
 @pass_app
 def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
                as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool, sweeps: tuple[str, ...],
-               sweep_name: str | None, priority: int | None) -> None:
+               sweep_name: str | None, only_text: str | None, hosts_text: str | None, priority: int | None) -> None:
     """Validate, sync the workspace, set up and launch a job.
 
     \b
@@ -59,6 +66,14 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
       orch submit job.yaml --pull-remote-edits   # after editing on the server in VSCode
       orch submit job.yaml --sweep train.lr=1e-4,3e-4 --sweep train.lora.r=8,16   # 4 jobs
       orch submit job.yaml --sweep env.LR=1e-4,3e-4 --sweep-name lr-try
+      orch submit job.yaml --sweep env.LR=1e-4,3e-4 --only 2 --hosts box2
+
+    \b
+    A sweep submits each combination on its own: one that cannot start
+    (its host unreachable, a launch refused, Ctrl-C) never stops the
+    others; those left out are named with the command that submits
+    exactly them, and the exit code is not 0 (130 interrupted, 3 a host
+    unreachable, else that of the first left out; docs/sweeps.md).
     """
     loaded = load_spec(spec_file)
     if force and pull_remote_edits:
@@ -71,10 +86,15 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         if follow or watch:
             raise UsageError("--follow and --watch follow one job and a sweep starts several: "
                              "orch status --sweep NAME -w, or orch logs JOB -f for one of them")
-        submit_a_sweep(app, loaded, axes, overrides, sweep_name, dry_run, force, pull_remote_edits, as_json)
+        given = [str(spec_file), *(w for flag in sweeps for w in ("--sweep", flag)),
+                 *(["--priority", str(priority)] if priority is not None else [])]
+        submit_a_sweep(app, loaded, axes, overrides, SweepChoice(sweep_name, only_text, hosts_text, given), dry_run,
+                       force, pull_remote_edits, as_json)
         return
-    if sweep_name is not None:
-        raise UsageError("--sweep-name names a sweep: give --sweep KEY=V1,V2 or a sweep: block in the job file")
+    for flag, value, what in (("--sweep-name", sweep_name, "names a sweep"), ("--only", only_text, "chooses "
+                              "combinations of a sweep"), ("--hosts", hosts_text, "is the host pool of a sweep")):
+        if value is not None:
+            raise UsageError(f"{flag} {what}: give --sweep KEY=V1,V2 or a sweep: block in the job file")
     if overrides:
         loaded = expand(loaded, [], overrides, None)[0].loaded
     for warning in laptop_report(loaded):  # the same checks as `orch check`, before connecting
@@ -111,41 +131,67 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         raise SystemExit(1)
 
 
-def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], name: str | None,
+@dataclass(frozen=True)
+class SweepChoice:
+    """What the command line says of the sweep: ``--sweep-name``, ``--only``, ``--hosts`` as
+    given, and the submit's own words (the job file, each ``--sweep`` and ``--priority``)
+    that the command for combinations left out repeats."""
+
+    name: str | None
+    only: str | None
+    hosts: str | None
+    given: list[str]
+
+
+def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], choice: SweepChoice,
                    dry_run: bool, force: bool, pull_remote_edits: bool, as_json: bool) -> None:
     """Every combination validated and checked before connecting, then submitted on shared
-    connections; one stdout line per job (``JOB_ID  HOST  values``) or, with ``--json``, a list."""
+    connections; one stdout line per job started (``JOB_ID  HOST  values``) or, with
+    ``--json``, a list (the combinations left out too); ``SweepIncomplete`` when some did
+    not start."""
     from datetime import datetime
 
-    from orchestrator.sweep.expand import check_each, check_name, default_name
-    from orchestrator.sweep.launch import submit_sweep
+    from orchestrator.sweep.expand import check_each, check_name, default_name, parse_only
+    from orchestrator.sweep.launch import missed_report, submit_sweep
 
-    name = check_name(name) if name else default_name(loaded.spec.name, lambda n: bool(app.registry.sweep_jobs(n)),
-                                                      datetime.now())
-    slurm = frozenset(h.name for h in map(app.inventory.resolve, loaded.spec.hosts) if h.slurm)
-    combos = expand(loaded, axes, overrides, name, slurm)
+    name = check_name(choice.name) if choice.name else default_name(
+        loaded.spec.name, lambda n: bool(app.registry.sweep_jobs(n)), datetime.now())
+    only = parse_only(choice.only) if choice.only is not None else None
+    pool = [h.strip() for h in choice.hosts.split(",")] if choice.hosts is not None else None
+    if pool is not None and (not all(pool) or len(set(pool)) != len(pool)):
+        raise UsageError(f"--hosts {choice.hosts!r}: give host names separated by commas, each once")
+    refs = pool if pool is not None else loaded.spec.hosts
+    slurm = frozenset(h.name for h in map(app.inventory.resolve, refs) if h.slurm)
+    combos = expand(loaded, axes, overrides, name, slurm, pool, only)
     check_each(combos, laptop_checks)  # the same checks as `orch check`, on every combination
     for axis in axes:  # env.NAME may add a variable; one the job file does not set is often a typo
         if axis.key.startswith("env.") and axis.key[4:] not in loaded.spec.env:
             app.say(f"warning: {axis.key}: the job file's env: has no {axis.key[4:]} (a typo? set: "
                     f"{', '.join(sorted(loaded.spec.env)) or 'none'}); each job gets it as a new variable")
-    jobs = submit_sweep(name, combos, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
-                        pull_remote_edits=pull_remote_edits)
+    done = submit_sweep(name, combos, app.inventory, app.registry, say=app.say, only=only, dry_run=dry_run,
+                        force=force, pull_remote_edits=pull_remote_edits)
+    jobs = done.jobs
     if dry_run:
         for job in jobs:
             click.echo(f"# combination {job.combo.index}/{job.combo.total} ({job.combo.label}) on {job.combo.host}")
             click.echo(plan_text(job.plan) if job.plan else f"# launched already: {job.job_id}")
-        return
-    results = [{"job_id": j.job_id, "sweep": name, "combination": j.combo.index, "combinations": j.combo.total,
-                "values": {k: v for k, v, _ in j.combo.values}, "host": j.combo.host,
-                "job_dir": j.plan.job_dir if j.plan else None, "state": j.state,
-                "skipped": j.skipped} for j in jobs]
-    if as_json:
-        app.json(results)
+    elif as_json:
+        app.json(sorted([{"job_id": j.job_id, "sweep": name, "combination": j.combo.index,
+                          "combinations": j.combo.total, "values": {k: v for k, v, _ in j.combo.values},
+                          "host": j.combo.host, "job_dir": j.plan.job_dir if j.plan else None, "state": j.state,
+                          "skipped": j.skipped} for j in jobs]
+                        + [{"job_id": m.job_id, "sweep": name, "combination": m.combo.index,
+                            "combinations": m.combo.total, "values": {k: v for k, v, _ in m.combo.values},
+                            "host": m.combo.host, "job_dir": None, "state": "not-started", "skipped": False,
+                            "reason": m.reason} for m in done.missed], key=lambda r: r["combination"]))
     else:
         for job in jobs:
             click.echo(f"{job.job_id}  {job.combo.host}  {job.combo.short_label()}")
-    app.say(f"sweep {name}: {len(jobs)} job(s) — orch status --sweep {name}; orch plot --sweep {name}")
+    if not dry_run and jobs:
+        app.say(f"sweep {name}: {len(jobs)} job(s) — orch status --sweep {name}; orch plot --sweep {name}")
+    if done.missed:
+        raise SweepIncomplete(missed_report(done, ["orch", "submit", *choice.given, "--sweep-name", name], pool),
+                              done.exit_code())
 
 
 COMMANDS = [submit_cmd]

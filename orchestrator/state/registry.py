@@ -214,6 +214,17 @@ class Registry:
                 return record
         return None
 
+    def forget_reservation(self, job_id: str) -> bool:
+        """Remove the job (and its sweep entry) while it is still only a reservation
+        (``SUBMITTING``): its host was asked and holds no such job, so it never started and
+        nothing counts it any more. False, and nothing removed, once it is anything else."""
+        with closing(self._connect()) as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            gone = db.execute("DELETE FROM jobs WHERE job_id=? AND state=?", (job_id, SUBMITTING)).rowcount
+            if gone:
+                db.execute("DELETE FROM sweep_jobs WHERE job_id=?", (job_id,))
+        return bool(gone)
+
     def update(self, job_id: str, state: str, detail: dict[str, Any] | None = None) -> None:
         """Record the job's ``state`` and status ``detail``. A recorded final row is kept
         when the state stays the same terminal state (``orch logs`` of a finished job records

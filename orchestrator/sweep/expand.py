@@ -13,8 +13,10 @@ Contracts:
   ``WHERE: combination N (key=value, ...): field: message`` where WHERE is the value's
   ``file:line:col`` in the ``sweep:`` block, or the flag that gave it (``--sweep train.lr``);
   a failure every combination shares is one line, ``WHERE: every combination: ...``;
-- ``hosts:`` is a pool: combination N runs on host ``(N-1) mod len(hosts)`` (round-robin, in
-  the order written), as a one-node job there; ``launch.nnodes`` above 1 needs a Slurm host
+- ``hosts:`` is a pool (``pool``, from ``--hosts``, replaces it): the combinations submitted
+  (``only``, else all) go round-robin over it in the order written — the k-th of them (from 1)
+  on host ``(k-1) mod len(pool)``, so without ``only`` combination N on ``(N-1) mod len`` —
+  each a one-node job there; ``launch.nnodes`` above 1 needs a Slurm host
   (the nodes of that combination's allocation);
 - each combination's ``LoadedSpec.text`` is a job file that parses alone to exactly that
   job (values applied, ``sweep:`` gone, ``hosts:`` its one host), with a comment header
@@ -112,18 +114,24 @@ def _no_overlap(keys: list[str]) -> None:
 
 
 def expand(loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], sweep_name: str | None,
-           slurm_hosts: frozenset[str] = frozenset()) -> list[Combination]:
+           slurm_hosts: frozenset[str] = frozenset(), pool: list[str] | None = None,
+           only: frozenset[int] | None = None) -> list[Combination]:
     """One validated ``Combination`` per element of the axes' product (see the module
     docstring); with no axes, one job (index 1 of 1) on the file's hosts with the overrides
-    applied. ``slurm_hosts``: the pool's hosts that are Slurm login nodes."""
+    applied. ``slurm_hosts``: the pool's hosts that are Slurm login nodes; ``pool``: the
+    hosts instead of the file's; ``only``: the combinations placed first on the pool."""
     for axis in overrides:
         if any(axis.key == a.key for a in axes):
             raise UsageError(f"{axis.origin} sets {axis.key}, which the sweep varies: drop one of them")
     data, marks = parse_yaml(loaded.text, loaded.where or str(loaded.path))
     data.pop("sweep", None)
     origins = [a.origin or "" for a in [*axes, *overrides]]
-    pool = list(data.get("hosts") or [])
+    pool = list(pool or data.get("hosts") or [])
     products = list(itertools.product(*(range(len(a.values)) for a in axes)))
+    if only is not None and not only <= set(range(1, len(products) + 1)):
+        raise UsageError(f"--only {','.join(map(str, sorted(only - set(range(1, len(products) + 1)))))}: the sweep has "
+                         f"{len(products)} combination(s), numbered from 1")
+    rank = {n: k for k, n in enumerate(n for n in range(1, len(products) + 1) if only is None or n in only)}
     combos: list[Combination] = []
     failures: list[tuple[int, str, list[tuple[str, str]]]] = []
     for n, choice in enumerate(products, start=1):
@@ -137,7 +145,7 @@ def expand(loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], sweep_na
                 raise SpecError(f"{_where(loaded, where, origins)}: {axis.key}: {path}")
             job_marks[path] = where
             job_marks[path + ("<key>",)] = where if axis.origin else marks.get(("sweep", axis.key, "<key>"), where)
-        ref = pool[(n - 1) % len(pool)] if axes and pool else None
+        ref = pool[rank.get(n, n - 1) % len(pool)] if axes and pool else None
         if ref is not None:
             job["hosts"] = [ref]
         combo_label = label([(k, text) for k, _, text in values])
@@ -312,3 +320,14 @@ def check_name(name: str) -> str:
         raise UsageError(f"--sweep-name {name!r}: use lowercase letters, digits, '.', '_' and '-' (1–80 characters, "
                          "starting and ending with a letter or digit)")
     return name
+
+
+def parse_only(text: str) -> frozenset[int]:
+    """``--only 2,4,6-8``: combination numbers and ranges; ``UsageError`` for anything else."""
+    numbers: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or int(low) < 1 or (dash and int(high) < int(low)):
+            raise UsageError(f"--only {text!r}: give combination numbers from 1 and ranges, e.g. --only 2,4,6-8")
+        numbers.update(range(int(low), int(high if dash else low) + 1))
+    return frozenset(numbers)

@@ -1,42 +1,65 @@
 """Submit a sweep's jobs on shared connections (docs/sweeps.md).
 
 One connection and one ``hello`` per host of the pool; every combination's plan is made
-before anything is sent (a plan that cannot be made — more processes than GPUs — stops the
-sweep with nothing synced); every job id is reserved in the registry with its sweep entry;
-the workspace is synced once per host; then the jobs are launched one after another, one
-``say`` line each. A submit cut off part-way is continued by running it again with the same
-``--sweep-name``: combinations already launched are skipped, and one reserved but not
-confirmed reuses its job id (``launch.submission_key``), so no job starts twice.
+before anything is sent; the workspace is synced once per host; then the jobs are launched
+one after another, one ``say`` line each.
+
+Contracts:
+
+- a failure of one host or one combination never stops the others: a host that cannot be
+  reached, refuses the login, fails its ``hello``, its sync or (its link lost) a launch loses
+  its own combinations only; a plan the host cannot run or a launch the host refuses loses
+  that combination only; each is a ``Missed`` with the reason and the exit code of its cause;
+  Ctrl-C stops the submit and every combination not launched yet is ``Missed`` (130);
+- a job id is reserved (``SUBMITTING``) only right before its launch request, once its host
+  has just answered; a launch that fails is settled at once by asking the host whether the
+  job exists (confirmed, or the reservation removed); only when the host cannot be asked
+  does the reservation stay, named in the ``Missed``;
+- the same ``--sweep-name`` again skips the combinations already started (any state but
+  ``SUBMITTING``) and settles each earlier reservation of a combination it submits by asking
+  its host: there → it started (recorded, skipped); not there → removed; the host silent →
+  the combination is not started anywhere else (it may run there) until that host answers
+  or has been unreachable for ``ORCH_LOST_AFTER_S`` (then the reservation is recorded
+  ``lost`` and the combination goes ahead);
+- ``only``: the combinations to submit (``--only``; default all).
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
+import threading
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
-from orchestrator.access.connect import ask_on_tty
+from orchestrator.access.connect import ask_on_tty, open_transport
 from orchestrator.checks import slurm as slurmcheck
-from orchestrator.errors import UsageError
+from orchestrator.errors import HostError, OrchError, UsageError
+from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
-from orchestrator.jobs.submit import Say, checked_plan, connect_all, plan_syncs, start_nodes, submission_key
+from orchestrator.jobs.submit import Say, checked_plan, plan_syncs, start_nodes, submission_key
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
-from orchestrator.state.registry import SUBMITTING, Registry, SweepEntry
+from orchestrator.spec.load import LoadedSpec
+from orchestrator.state import reach
+from orchestrator.state.registry import SUBMITTING, JobRecord, Registry, SweepEntry
 from orchestrator.sweep.expand import Combination
 from orchestrator.sync import record as synccache
 from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
 from orchestrator.testhooks import pause
+from orchestrator.transport import shell
+
+INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
 class SweepJob:
-    """A combination, its plan and job id; ``skipped``: launched by an earlier submit of this
+    """A combination, its plan and job id; ``skipped``: started by an earlier submit of this
     sweep (``state`` is then its recorded state); ``key``: its submission key."""
 
     combo: Combination
@@ -47,14 +70,61 @@ class SweepJob:
     key: str = ""
 
 
+@dataclass(frozen=True)
+class Missed:
+    """A combination this submit did not start: why (one line), the exit code of that cause
+    (3 unreachable, 4 a step on the host failed, 2 refused, 130 interrupted), and the job id
+    of a reservation left because its host could not be asked whether it started."""
+
+    combo: Combination
+    reason: str
+    code: int
+    job_id: str | None = None
+
+
+@dataclass
+class SweepResult:
+    """What a submit of a sweep did: ``jobs`` started now or earlier (combination order),
+    ``missed`` not started, ``answered`` the hosts that took every job sent to them."""
+
+    name: str
+    jobs: list[SweepJob] = field(default_factory=list)
+    missed: list[Missed] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def exit_code(self) -> int:
+        """0 when every combination asked for started (now or earlier); else 130 when
+        interrupted, 3 when a host could not be reached, else the first missed one's code."""
+        if not self.missed:
+            return 0
+        if self.interrupted:
+            return INTERRUPTED
+        codes = [m.code for m in self.missed]
+        return 3 if 3 in codes else codes[0]
+
+
 def entry_for(name: str, combo: Combination) -> SweepEntry:
     return SweepEntry(name, combo.index, combo.total, [[k, v, text] for k, v, text in combo.values])
 
 
-def earlier_jobs(registry: Registry, name: str, combos: list[Combination]) -> dict[int, tuple[str, str]]:
-    """{combination: (job id, state)} of the jobs an earlier submit of sweep ``name`` made;
-    ``UsageError`` when that sweep holds other combinations (a name names one sweep)."""
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _naming(host: str, exc: BaseException) -> str:
+    """The error's first line, headed by ``host`` unless it names it already."""
+    line = _first_line(exc)
+    return line if host in line else f"{host}: {line}"
+
+
+def earlier_jobs(registry: Registry, name: str,
+                 combos: list[Combination]) -> tuple[dict[int, tuple[str, str]], dict[int, list[JobRecord]]]:
+    """({combination: (job id, state)} of the jobs an earlier submit of sweep ``name``
+    started, {combination: its reservations (``SUBMITTING``)}); ``UsageError`` when that
+    sweep holds other combinations (a name names one sweep)."""
     found: dict[int, tuple[str, str]] = {}
+    reserved: dict[int, list[JobRecord]] = {}
     wanted = {(c.index, c.total, repr([[k, v] for k, v, _ in c.values])): c for c in combos}
     for record, entry in registry.sweep_jobs(name):
         key = (entry.combination, entry.combinations, repr([v[:2] for v in entry.values]))
@@ -62,78 +132,288 @@ def earlier_jobs(registry: Registry, name: str, combos: list[Combination]) -> di
             raise UsageError(f"sweep {name} already holds other combinations (combination {entry.combination}: "
                              f"{', '.join(f'{k}={t}' for k, t in entry.pairs())}, {record.job_id}): choose another "
                              "--sweep-name")
-        if record.state != SUBMITTING:
+        if record.state == SUBMITTING:
+            reserved.setdefault(entry.combination, []).append(record)
+        else:
             found[entry.combination] = (record.job_id, record.state)
-    return found
+    return found, reserved
+
+
+class _Hosts:
+    """The hosts this submit talks to, each on its own: a connection and ``hello`` per host
+    that answered, the first failure of each that did not (``down``, with its exit code)."""
+
+    def __init__(self, inventory: Inventory, registry: Registry, trust: Callable[[str], bool], project: str,
+                 stack: ExitStack) -> None:
+        self.inventory, self.registry, self.trust, self.project, self.stack = inventory, registry, trust, project, stack
+        self.remotes: dict[str, Remote] = {}
+        self.hellos: dict[str, dict[str, Any]] = {}
+        self.down: dict[str, tuple[str, int]] = {}
+        self.lock = threading.Lock()
+
+    def open(self, hosts: list[Host]) -> None:
+        """Connect to ``hosts`` at once; never raises an ``OrchError`` (it lands in ``down``)."""
+        parallel(self._open_one, hosts)
+
+    def _open_one(self, host: Host) -> None:
+        try:
+            transport = open_transport(host, self.inventory, self.trust)
+        except OrchError as exc:
+            self.fail(host.name, exc)
+            return
+        with self.lock:
+            self.stack.enter_context(transport)
+        remote = Remote(host, transport)
+        try:
+            hello = synccache.hello(remote, self.project, gpus=True)
+        except OrchError as exc:
+            self.fail(host.name, exc)
+            return
+        reach.record(self.registry.path, host.name, ok=True)
+        with self.lock:
+            self.remotes[host.name], self.hellos[host.name] = remote, hello
+
+    def fail(self, name: str, exc: OrchError) -> None:
+        """``name`` is out of this submit from now on (its first failure is kept)."""
+        with self.lock:
+            self.remotes.pop(name, None)
+            if name in self.down:
+                return
+            self.down[name] = (_naming(name, exc), exc.exit_code)
+        if isinstance(exc, HostError):
+            reach.record(self.registry.path, name, ok=False, error=_first_line(exc))
+
+    def job_state(self, name: str, job_id: str) -> dict[str, Any] | None:
+        """The job's status on host ``name`` (None when the host has no such job); a failure
+        to ask takes the host out (``fail``) and is raised."""
+        try:
+            status = self.remotes[name].call("status", jobs=[job_id])["jobs"][job_id]
+        except OrchError as exc:
+            self.fail(name, exc)
+            raise
+        return None if status.get("state") == "unknown" else status
+
+
+def _ask(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
+    """Settle a reservation by asking its host whether the job exists: ``"started"``
+    (its status recorded), ``"void"`` (the reservation removed), or ``"unknown"`` (the host
+    cannot be asked: kept)."""
+    name = record.hosts[0]
+    if name not in hosts.remotes:
+        return "unknown"
+    try:
+        status = hosts.job_state(name, record.job_id)
+    except OrchError:
+        return "unknown"
+    if status is None:
+        registry.forget_reservation(record.job_id)
+        return "void"
+    registry.update(record.job_id, str(status["state"]), {k: v for k, v in status.items() if k != "job_id"})
+    return "started"
+
+
+def _settle(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
+    """Settle an earlier submit's reservation: ``_ask``'s answer, or ``"lost"`` when its
+    host has been unreachable for ``ORCH_LOST_AFTER_S`` (the reservation recorded lost)."""
+    how = _ask(hosts, registry, record)
+    if how != "unknown":
+        return how
+    name = record.hosts[0]
+    seen = reach.get(registry.path, name)
+    if reach.is_lost(seen):
+        registry.update(record.job_id, "lost", {"reason": f"{reach.lost_reason(seen, record.job_id)} (its submit's "
+                                                          "launch was cut off; the sweep started it elsewhere)"})
+        return "lost"
+    return "unknown"
 
 
 def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, registry: Registry, *, say: Say,
-                 dry_run: bool = False, force: bool = False, pull_remote_edits: bool = False,
-                 trust: Callable[[str], bool] = ask_on_tty) -> list[SweepJob]:
-    """Submit every combination not launched yet (see the module docstring); the jobs in
-    combination order, those launched by an earlier submit marked ``skipped``."""
+                 only: frozenset[int] | None = None, dry_run: bool = False, force: bool = False,
+                 pull_remote_edits: bool = False, trust: Callable[[str], bool] = ask_on_tty) -> SweepResult:
+    """Submit every combination of ``only`` (default all) not started yet, each host and each
+    combination on its own (see the module docstring)."""
+    result = SweepResult(name)
     first = combos[0].loaded
-    done = earlier_jobs(registry, name, combos)
-    hosts: dict[str, Host] = {}
-    for combo in combos:
-        host = hosts.get(combo.host) or inventory.resolve(combo.loaded.spec.hosts[0])
+    done, reserved = earlier_jobs(registry, name, combos)
+    chosen = [c for c in combos if only is None or c.index in only]
+    pool: dict[str, Host] = {}
+    for combo in chosen:
+        host = pool.get(combo.host) or inventory.resolve(combo.loaded.spec.hosts[0])
         slurmplan.check_hosts(combo.loaded, [host])
-        hosts[combo.host] = host
-    todo = [c for c in combos if c.index not in done]
-    for combo in combos:
+        pool[combo.host] = host
+    todo = [c for c in chosen if c.index not in done]
+    for combo in chosen:
         if combo.index in done:
             say(f"combination {combo.index} ({combo.label}) is {done[combo.index][0]} "
-                f"({done[combo.index][1]}), launched by an earlier submit of sweep {name}: skipped")
-    jobs = {c.index: SweepJob(c, None, done[c.index][0], True, done[c.index][1]) for c in combos if c.index in done}
+                f"({done[combo.index][1]}), started by an earlier submit of sweep {name}: skipped")
+    jobs = {c.index: SweepJob(c, None, done[c.index][0], True, done[c.index][1]) for c in chosen if c.index in done}
+    missed: dict[int, Missed] = {}
     if not todo:
-        return [jobs[c.index] for c in combos]
-    pool = [hosts[n] for n in dict.fromkeys(c.host for c in todo)]
+        result.jobs = [jobs[c.index] for c in chosen]
+        return result
     workspace = first.workspace_dir
     skipped = selection.Skipped()
     files = selection.select_files(workspace, first.spec.workspace.exclude, skipped)
     warnings = selection.warnings_for(files, skipped)
     project = selection.project_name(workspace)
-    say(f"sweep {name}: {len(todo)} job(s) on " + ", ".join(f"{h.name} ({h.target})" for h in pool))
+    older = {r.hosts[0] for c in todo for r in reserved.get(c.index, [])}
+    say(f"sweep {name}: {len(todo)} job(s) on " + ", ".join(f"{h.name} ({h.target})" for h in pool.values()
+                                                            if any(c.host == h.name for c in todo)))
+    launched: list[int] = []
     with ExitStack() as stack:
-        remotes = dict(zip((h.name for h in pool), connect_all(pool, inventory, trust, stack)))
-        hellos = dict(zip(remotes, parallel(lambda r: synccache.hello(r, project, gpus=True), list(remotes.values()))))
-        for combo in todo:
-            remote, hello = remotes[combo.host], hellos[combo.host]
-            key = submission_key(combo.loaded, [remote.host])
-            earlier = registry.unconfirmed(key)
-            job_id = earlier.job_id if earlier else make_job_id(combo.loaded.spec.name, datetime.now(), os.urandom(8))
-            plan, more = checked_plan(combo.loaded, project, [remote], [hello], job_id)
-            warnings += [f"combination {combo.index}: {w}" for w in more]
-            jobs[combo.index] = SweepJob(combo, plan, job_id, key=key)
-        for warning in dict.fromkeys(warnings):
-            say(f"warning: {warning}")
-        if dry_run:
-            return [jobs[c.index] for c in combos]
-        names = list(remotes)
-        sync_plans = plan_syncs([remotes[n] for n in names], [hellos[n] for n in names], first, files, project,
-                                force, pull_remote_edits, say)
-        for combo in todo:
-            job = jobs[combo.index]
-            assert job.plan is not None
-            registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], job.plan.job_dir,
-                         SUBMITTING, {"submission": job.key, **slurmcheck.log_nodes(job.plan)},
-                         sweep=entry_for(name, combo))
-        parallel(lambda i: transfer.send(remotes[names[i]], project, workspace, sync_plans[i]), range(len(names)))
-        pause("after-sync")
-        git = repro.git_state(workspace)
-        started: list[int] = []
+        hosts = _Hosts(inventory, registry, trust, project, stack)
         try:
+            known = list(pool.values())
+            for other in sorted(older - set(pool)):  # hosts of earlier reservations, asked whether they started
+                try:
+                    known.append(inventory.get(other))
+                except OrchError as exc:
+                    hosts.fail(other, exc)
+            hosts.open([h for h in known if any(c.host == h.name for c in todo) or h.name in older])
+            ready = _settle_earlier(todo, reserved, hosts, registry, jobs, missed, say)
+            for combo in ready:
+                if combo.host in hosts.down:
+                    missed[combo.index] = Missed(combo, *hosts.down[combo.host])
+                    continue
+                remote, hello = hosts.remotes[combo.host], hosts.hellos[combo.host]
+                key = submission_key(combo.loaded, [remote.host])
+                job_id = make_job_id(combo.loaded.spec.name, datetime.now(), os.urandom(8))
+                try:
+                    plan, more = checked_plan(combo.loaded, project, [remote], [hello], job_id)
+                except OrchError as exc:
+                    missed[combo.index] = Missed(combo, _naming(combo.host, exc), exc.exit_code)
+                    continue
+                warnings += [f"combination {combo.index}: {w}" for w in more]
+                jobs[combo.index] = SweepJob(combo, plan, job_id, key=key)
+            for warning in dict.fromkeys(warnings):
+                say(f"warning: {warning}")
+            planned = [c for c in ready if c.index in jobs and not jobs[c.index].skipped]
+            if not dry_run:
+                _sync(hosts, sorted({c.host for c in planned}), first, files, project, force, pull_remote_edits, say)
+                pause("after-sync")
+                git = repro.git_state(workspace)
+                for combo in planned:
+                    outcome = _launch(hosts, registry, name, combo, jobs[combo.index], project, git, say)
+                    if isinstance(outcome, Missed):
+                        missed[combo.index] = outcome
+                    else:
+                        launched.append(combo.index)
+        except KeyboardInterrupt:
+            result.interrupted = True
             for combo in todo:
-                job = jobs[combo.index]
-                assert job.plan is not None
-                tell: Say = lambda m, c=combo: say(f"combination {c.index}/{c.total} ({c.label}): {m}")  # noqa: E731
-                extra = {"project": project, "repro": repro.record(combo.loaded, git)}
-                start_nodes([remotes[combo.host]], job.plan, extra, tell)
-                registry.update(job.job_id, "pending", slurmcheck.log_nodes(job.plan))
-                started.append(combo.index)
-        except BaseException:
-            left = [c.index for c in todo if c.index not in started]
-            say(f"sweep {name}: combination(s) {', '.join(map(str, left))} not started; run the same command with "
-                f"--sweep-name {name} to submit them (those started are skipped)")
-            raise
-    return [jobs[c.index] for c in combos]
+                started = combo.index in launched or (combo.index in jobs and jobs[combo.index].skipped)
+                if not started and combo.index not in missed:
+                    missed[combo.index] = Missed(combo, "interrupted (Ctrl-C) before its launch was confirmed",
+                                                 INTERRUPTED)
+        result.answered = [n for n in pool if n in hosts.remotes]
+    result.jobs = [jobs[c.index] for c in chosen if c.index in jobs and c.index not in missed]
+    result.missed = [missed[c.index] for c in chosen if c.index in missed]
+    return result
+
+
+def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]], hosts: _Hosts,
+                    registry: Registry, jobs: dict[int, SweepJob], missed: dict[int, Missed],
+                    say: Say) -> list[Combination]:
+    """Settle the earlier reservations of ``todo`` (``_settle``); the combinations still to
+    launch. One that started after all joins ``jobs`` as skipped; one whose reservation
+    cannot be settled joins ``missed``."""
+    ready = []
+    for combo in todo:
+        outcomes = [(record, _settle(hosts, registry, record)) for record in reserved.get(combo.index, [])]
+        started = [r for r, how in outcomes if how == "started"]
+        silent = [r for r, how in outcomes if how == "unknown"]
+        if started:
+            state = registry.get(started[0].job_id).state
+            say(f"combination {combo.index} ({combo.label}) is {started[0].job_id} ({state}): its launch by an "
+                "earlier submit was cut off, but it started: skipped")
+            jobs[combo.index] = SweepJob(combo, None, started[0].job_id, True, state)
+        elif silent:
+            where = silent[0].hosts[0]
+            missed[combo.index] = Missed(
+                combo, f"its launch on {where} (job {silent[0].job_id}) was cut off and {where} does not answer: it "
+                       f"may run there, so it starts nowhere else until {where} answers or has been unreachable for "
+                       f"{reach.span(reach.lost_after_s())}", 3, silent[0].job_id)
+        else:
+            ready.append(combo)
+    return ready
+
+
+def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, selection.LocalFile], project: str,
+          force: bool, pull_remote_edits: bool, say: Say) -> None:
+    """Sync the workspace to each host of ``names`` at once; a host whose sync fails is out."""
+    plans: dict[str, selection.SyncPlan] = {}
+    for n in [n for n in names if n in hosts.remotes]:
+        try:
+            plans[n] = plan_syncs([hosts.remotes[n]], [hosts.hellos[n]], loaded, files, project, force,
+                                  pull_remote_edits, say)[0]
+        except OrchError as exc:
+            hosts.fail(n, exc)
+
+    def send(n: str) -> None:
+        try:
+            transfer.send(hosts.remotes[n], project, loaded.workspace_dir, plans[n])
+        except OrchError as exc:
+            hosts.fail(n, exc)
+            say(f"{n}: sync failed ({_first_line(exc)}): its combinations are not started")
+
+    parallel(send, list(plans))
+
+
+def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, job: SweepJob, project: str,
+            git: tuple[dict[str, Any] | None, str | None], say: Say) -> SweepJob | Missed:
+    """Launch one combination: ask its host first (a silent one gets no reservation), then
+    reserve the id and launch; a launch that fails is settled by asking the host again."""
+    if combo.host not in hosts.remotes:
+        return Missed(combo, *hosts.down[combo.host])
+    try:
+        hosts.job_state(combo.host, job.job_id)
+    except OrchError:
+        return Missed(combo, *hosts.down[combo.host])
+    plan = job.plan
+    assert plan is not None
+    registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], plan.job_dir, SUBMITTING,
+                 {"submission": job.key, **slurmcheck.log_nodes(plan)}, sweep=entry_for(name, combo))
+    tell: Say = lambda m: say(f"combination {combo.index}/{combo.total} ({combo.label}): {m}")  # noqa: E731
+    extra = {"project": project, "repro": repro.record(combo.loaded, git)}
+    try:
+        start_nodes([hosts.remotes[combo.host]], plan, extra, tell)
+    except OrchError as exc:
+        if isinstance(exc, HostError):  # the link is gone: the host cannot be asked
+            hosts.fail(combo.host, exc)
+        how = _ask(hosts, registry, registry.get(job.job_id))
+        if how == "started":
+            return job
+        reason = _naming(combo.host, exc)
+        if how == "unknown":
+            return Missed(combo, f"{reason} during its launch (job {job.job_id}; it may have started there)",
+                          exc.exit_code, job.job_id)
+        return Missed(combo, reason, exc.exit_code)
+    registry.update(job.job_id, "pending", slurmcheck.log_nodes(plan))
+    return job
+
+
+def missed_report(result: SweepResult, command: list[str], hosts_given: list[str] | None) -> str:
+    """The message of a submit that left combinations out: the combinations of each reason
+    (``#N (values), ...: reason``, wrapped at 80 columns), then the one command that submits
+    exactly those: ``command`` (the submit as given, with ``--sweep-name``) plus ``--only``
+    and, when a host of the pool did not answer and others did, ``--hosts`` of those that
+    did (else the ``--hosts`` given)."""
+    total = len(result.jobs) + len(result.missed)
+    lines = [f"sweep {result.name}: {len(result.missed)} of {total} combination(s) not started:"]
+    by_reason: dict[str, list[Missed]] = {}
+    for m in result.missed:
+        by_reason.setdefault(m.reason, []).append(m)
+    for reason, group in by_reason.items():
+        which = ", ".join(f"#{m.combo.index} ({m.combo.short_label()})" for m in group)
+        lines += textwrap.wrap(f"{which}: {reason}", 80, initial_indent="  ", subsequent_indent="      ",
+                               break_on_hyphens=False)
+    unreachable = any(m.code == 3 for m in result.missed)
+    pool = result.answered if unreachable and result.answered else hosts_given
+    argv = [*command, "--only", ",".join(str(m.combo.index) for m in result.missed), *(["--hosts", ",".join(pool)]
+                                                                                       if pool else [])]
+    if unreachable and result.answered:
+        lines.append(f"to submit exactly these on {', '.join(result.answered)} (without --hosts: on their own "
+                     "hosts):")
+    else:
+        lines.append("to submit exactly these (--hosts H1,H2 puts them on other hosts):")
+    return "\n".join(lines + ["  " + shell.join(argv)])

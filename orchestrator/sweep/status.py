@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from orchestrator.display.table import Column, fit
 from orchestrator.errors import HostError, OrchError, UsageError
 from orchestrator.spec.sweepkeys import short_keys
-from orchestrator.state.registry import TERMINAL, JobRecord, Registry, SweepEntry, short_ids
+from orchestrator.state.registry import SUBMITTING, TERMINAL, JobRecord, Registry, SweepEntry, short_ids
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:
@@ -59,14 +59,23 @@ class SweepRow:
 
 
 def members(registry: Registry, name: str) -> Members:
-    """The sweep's jobs; ``UsageError`` naming the known sweeps when there is none of that name."""
+    """The sweep's jobs, one per combination; ``UsageError`` naming the known sweeps when
+    there is none of that name. A combination with several (a reservation of a submit whose
+    launch was cut off, then the job a later submit started for it elsewhere) is its newest
+    started job, else its newest reservation: never counted twice."""
     found = registry.sweep_jobs(name)
     if not found:
         known = registry.sweep_names()
         listed = ", ".join(known[:8]) + (f", and {len(known) - 8} more" if len(known) > 8 else "")
         raise UsageError(f"no sweep {name!r}" + (f" (sweeps: {listed})" if known else " (none yet: orch submit "
                                                                                          "JOB.yaml --sweep KEY=V1,V2)"))
-    return found
+    chosen: dict[int, tuple[JobRecord, SweepEntry]] = {}
+    for record, entry in found:
+        kept = chosen.get(entry.combination)
+        rank = (record.state != SUBMITTING, record.created)
+        if kept is None or rank > (kept[0].state != SUBMITTING, kept[0].created):
+            chosen[entry.combination] = (record, entry)
+    return [chosen[n] for n in sorted(chosen)]
 
 
 def keys_of(found: Members) -> list[str]:
@@ -78,9 +87,11 @@ def _loss(value: float | None) -> str:
     return f"{value:.4f}" if value is not None else ""
 
 
-def sweep_lines(keys: list[str], rows: list[SweepRow], width: int | None, known_ids: list[str]) -> list[str]:
+def sweep_lines(keys: list[str], rows: list[SweepRow], width: int | None, known_ids: list[str],
+                total: int | None = None) -> list[str]:
     """The table (header first) and the summary line, each at most ``width`` cells (None:
-    everything, full job ids). Pure."""
+    everything, full job ids); ``total``: the sweep's combinations, when some have no job.
+    Pure."""
     short = short_keys(keys)
     columns = [Column("#", 0, right=True, required=True),
                *(Column(short[k], 0, right=True, required=True, min_width=6) for k in keys),
@@ -90,16 +101,20 @@ def sweep_lines(keys: list[str], rows: list[SweepRow], width: int | None, known_
     cells = [[str(r.combination), *r.values, r.state, _loss(r.best_eval), _loss(r.loss), r.step, r.host, ids[r.job_id]]
              for r in rows]
     lines = fit(columns, cells, width)
-    summary = summary_line(rows)
+    summary = summary_line(rows, total)
     return lines + [summary[:width] if width else summary]
 
 
-def summary_line(rows: list[SweepRow]) -> str:
-    """``4 combinations: 3 succeeded, 1 running; best eval 1.2345 (#2)``."""
+def summary_line(rows: list[SweepRow], total: int | None = None) -> str:
+    """``4 combinations: 3 succeeded, 1 running; best eval 1.2345 (#2)``; the combinations
+    of ``total`` without a job are ``not started``."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state.split(" ")[0]] = counts.get(row.state.split(" ")[0], 0) + 1
-    text = f"{len(rows)} combination{'s' if len(rows) != 1 else ''}: "
+    total = max(total or 0, len(rows))
+    if total > len(rows):
+        counts["not started"] = total - len(rows)
+    text = f"{total} combination{'s' if total != 1 else ''}: "
     text += ", ".join(f"{n} {s}" for s, n in counts.items())
     scored = [r for r in rows if r.best_eval is not None]
     if scored:
@@ -158,3 +173,8 @@ def as_json(found: Members, rows: list[SweepRow], name: str) -> list[dict[str, A
                     "job_id": record.job_id, "state": row.state, "host": row.host, "step": row.step,
                     "loss": row.loss, "best_eval_loss": row.best_eval})
     return out
+
+
+def combinations_of(found: Members) -> int:
+    """How many combinations the sweep has (its entries say), started or not."""
+    return max((entry.combinations for _, entry in found), default=0)

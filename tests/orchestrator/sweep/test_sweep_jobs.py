@@ -144,8 +144,8 @@ def test_an_own_script_gets_its_env_and_argv_values_and_a_rerun_repeats_them(orc
 
     again = orch("submit", "job.yaml", "--sweep", "launch.command.3=2,3", "--sweep-name", "own-1")
     assert [line.split()[0] for line in again.stdout.splitlines()] == [j["job_id"] for j in jobs]  # nothing launched twice
-    assert again.stderr.count("launched by an earlier submit of sweep own-1: skipped") == 4
-    assert "started" not in again.stderr and len(orch.json("status")) == 4
+    assert again.stderr.count("started by an earlier submit of sweep own-1: skipped") == 4
+    assert "): started " not in again.stderr and len(orch.json("status")) == 4  # no launch said
     other = orch("submit", "job.yaml", "--sweep-name", "own-1", check=2)
     assert "sweep own-1 already holds other combinations" in other.stderr
 

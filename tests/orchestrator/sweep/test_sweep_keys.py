@@ -11,9 +11,9 @@ from orchestrator.display.plot import legend_labels
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.spec.load import parse_spec
 from orchestrator.spec.sweepkeys import check_key, parse_flag, short_keys
-from orchestrator.state.registry import SweepEntry
-from orchestrator.sweep.expand import axes_of, expand
-from orchestrator.sweep.status import SweepRow, sweep_lines
+from orchestrator.state.registry import SUBMITTING, Registry, SweepEntry
+from orchestrator.sweep.expand import axes_of, expand, parse_only
+from orchestrator.sweep.status import SweepRow, combinations_of, members, summary_line, sweep_lines
 
 TRAIN = """\
 name: tiny
@@ -138,3 +138,18 @@ def test_legend_labels_are_the_varied_values_of_one_sweep_else_job_ids() -> None
                for i, (lr, text) in enumerate([(1e-4, "1e-4"), (3e-4, "3e-4")], start=1)}
     assert legend_labels(["j1", "j2"], entries) == (["lr=1e-4, r=8", "lr=3e-4, r=8"], "sweep s")
     assert legend_labels(["j1", "other"], entries)[1] is None
+
+
+def test_a_combination_is_counted_once_and_those_never_started_are_named(tmp_path: Path) -> None:
+    registry = Registry(tmp_path)
+    values = [["env.X", "a", "a"]]
+    for job_id, state, combination in [("t-1", SUBMITTING, 1), ("t-2", "succeeded", 1), ("t-3", SUBMITTING, 2)]:
+        registry.add(job_id, "t", "job.yaml", ["box"], f"/jobs/{job_id}", state,
+                     sweep=SweepEntry("s", combination, 4, values))
+    found = members(registry, "s")  # the reservation cut off, then the job started for it elsewhere: one row
+    assert [(r.job_id, e.combination) for r, e in found] == [("t-2", 1), ("t-3", 2)] and combinations_of(found) == 4
+    rows = [SweepRow(e.combination, ["a"], r.state, "box", "", None, None, r.job_id) for r, e in found]
+    assert summary_line(rows, 4) == "4 combinations: 1 succeeded, 1 submitting, 2 not started"
+    assert registry.forget_reservation("t-3") and not registry.forget_reservation("t-2")  # only a reservation goes
+    assert [r.job_id for r, _ in members(registry, "s")] == ["t-2"]
+    assert parse_only("2, 4,6-8") == frozenset({2, 4, 6, 7, 8})

@@ -74,6 +74,10 @@ def test_a_combination_the_laptop_checks_refuse_is_named_too(orch: Orch, box: st
     (["--sweep", "train.lr=1e-4", "--follow"], "a sweep starts several"),
     (["--sweep", "train.lr=1e-4", "--sweep-name", "Bad Name"], "--sweep-name 'Bad Name'"),
     (["--sweep-name", "x"], None),
+    (["--only", "9"], "--only 9: the sweep has 2 combination(s)"),
+    (["--only", "2-x"], "--only '2-x': give combination numbers from 1 and ranges"),
+    (["--hosts", "box,,box"], "--hosts 'box,,box': give host names separated by commas"),
+    (["--hosts", "nosuch"], "nosuch"),
 ])
 def test_command_line_mistakes_are_exit_2(orch: Orch, box: str, args: list[str], words: str | None) -> None:
     if words is None:  # --sweep-name without a sweep

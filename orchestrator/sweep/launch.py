@@ -118,7 +118,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
             registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], job.plan.job_dir,
                          SUBMITTING, {"submission": job.key, **slurmcheck.log_nodes(job.plan)},
                          sweep=entry_for(name, combo))
-        parallel(lambda i: transfer.send(remotes[names[i]], project, workspace, sync_plans[i]), range(len(names)))
+        transfer.send_all([remotes[n] for n in names], project, workspace, sync_plans)
         pause("after-sync")
         git = repro.git_state(workspace)
         started: list[int] = []

@@ -29,6 +29,7 @@ import pathspec
 from orchestrator.errors import UsageError
 from orchestrator.home import laptop_id
 from orchestrator.state import runs
+from remote_payload.contract.jobfolder import TEMP_PREFIX
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
@@ -210,7 +211,7 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = prefix + name
-            if name.startswith(".orch-pull-"):
+            if name.startswith((TEMP_PREFIX, ".orch-pull-")):  # orch's temporaries (--pull-remote-edits)
                 continue
             full = f"{dirpath}/{name}"  # (os.path.join is measurably slower over thousands of files)
             if match(rel):  # only a file left out pays for its rule (a second match) and its size

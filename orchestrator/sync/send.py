@@ -26,6 +26,7 @@ from orchestrator.sync import record as synccache
 from orchestrator.sync.selection import SyncPlan, few, plan_sync, project_name, select_files, sha256_of
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process
+from remote_payload.contract.jobfolder import temp_name
 
 
 class _ProcessWriter(io.RawIOBase):
@@ -322,7 +323,7 @@ def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str
         if header.get("path") != req["path"] or not isinstance(size, int) or size < 0 \
                 or not target.startswith(base + os.sep):
             raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
-        tmp = Path(target).with_name(f".orch-pull-{os.getpid()}-{Path(target).name}")
+        tmp = Path(target).with_name(temp_name(Path(target).name))  # fits wherever the name fits
         with open(tmp, "wb") as f:
             remaining = size
             while remaining:

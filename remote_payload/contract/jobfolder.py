@@ -45,6 +45,12 @@ def temp_name(name: str, suffix: str = "", name_max: int = NAME_MAX) -> str:
     return TEMP_PREFIX + hashlib.sha256(raw).hexdigest()[:16] + suffix
 
 
+def part_rel(rel: str, suffix: str) -> str:
+    """``temp_name`` of the file at relative path ``rel``, as a relative path (same folder)."""
+    folder, _, name = rel.rpartition("/")
+    return (folder + "/" if folder else "") + temp_name(name, suffix)
+
+
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -1,8 +1,10 @@
 """Fetch a job's files into ``DEST/<job_id>/``, verified.
 
-Promises: only files whose paths ``outputs`` selects; each downloaded as ``<name>.part``
-(resumed from its size when one is there), sha256-checked against the manifest, then
-renamed — nothing unverified ever stands under a final name. The manifest comes from the
+Promises: only files whose paths ``outputs`` selects; each downloaded as ``<name>.part`` (a
+fixed-length name where that would not fit: ``part_path``), resumed from its size when one is
+there, sha256-checked against the manifest, then renamed — nothing unverified ever stands
+under a final name. A name this laptop cannot hold (too long for its file system or path) is
+never requested: it is listed (``FetchSummary.unwritable``) and the rest fetched. The manifest comes from the
 server and is untrusted: a path that is absolute, holds ``..`` or control characters, or
 would land outside the destination (through a symlink too) is refused and nothing is
 written for it. A second fetch with nothing new transfers no file data.

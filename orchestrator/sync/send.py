@@ -5,7 +5,8 @@ move is decided in ``selection.py``.
 Promises: every file lands on the server under a temporary name and is renamed into place;
 a file that changed while it was read is sent again; no thread ever prints a traceback —
 a writer's failure is raised in the caller, the laptop's own cause (a file it cannot read)
-before a broken stream's.
+before a broken stream's. Ctrl-C closes the stream at once (``send_all``) and says what the
+server kept; the next sync continues a large cut-off file from the bytes kept there.
 """
 
 from __future__ import annotations
@@ -218,14 +219,17 @@ def send_all(remotes: list[Remote], project: str, root: Path, plans: list[SyncPl
     except KeyboardInterrupt:
         for k in kept:
             k.stop()
-        raise Interrupted("; ".join(k.words() for k in kept) + " — the next orch submit sends only the rest") \
-            from None
+        raise Interrupted(_kept_line(kept)) from None
     for result in results:
         if isinstance(result, KeyboardInterrupt):
-            raise Interrupted("; ".join(k.words() for k in kept) + " — the next orch submit sends only the rest")
+            raise Interrupted(_kept_line(kept))
         if isinstance(result, BaseException):
             raise result
     return results
+
+
+def _kept_line(kept: list[Kept]) -> str:
+    return "; ".join(k.words() for k in kept) + "; submit again to send the rest"
 
 
 def send(remote: Remote, project: str, root: Path, plan: SyncPlan,

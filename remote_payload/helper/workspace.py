@@ -7,7 +7,9 @@ version, "source": {laptop, path}}. The laptop keeps a copy of the record it las
 that generation, and ``receive`` takes the changes since a generation and answers with the
 changes it recorded, so neither direction sends the whole record again. Before a receive starts, the
 incoming record is journaled as ``sync-<project>.pending.json``, so a file that orch wrote
-in a sync that was cut off is not mistaken for an edit made on the server.
+in a sync that was cut off is not mistaken for an edit made on the server. A receive that
+breaks off writes the record of what it completed, with ``partial``: {rel: {size, sha256}}
+for a large file cut off under its temporary name, which the next sync continues.
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ def record(root: str, project: str) -> Dict[str, Any]:
 
 def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str, Any]:
     """The record, plus files edited (content differs from anything orch wrote) or deleted
-    on the server since. Only files whose size or mtime changed are hashed. When ``known`` is
-    the record's generation, the files are left out (``same: true``): the laptop has them."""
+    on the server since, and the ``partial`` files a cut-off receive kept. Only files whose
+    size or mtime changed are hashed. When ``known`` is the record's generation, the files are
+    left out (``same: true``): the laptop has them. A receive still writing (an interrupted
+    one finishing) is waited for first (``_settled``)."""
     p = _paths(root, project)
     busy = _settled(p["record"] + ".lock")
     whole = read_json(p["record"]) or {}

@@ -36,6 +36,11 @@ class LocalFileError(UsageError):
     fix is on the laptop, like any other invalid input."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what the interrupted step kept (``str(err)``, one line, may be empty).
+    A ``KeyboardInterrupt``, so no ``except Exception`` swallows it; exit 130."""
+
+
 class HostError(OrchError):
     """Cannot reach or authenticate to a host, or its key is not trusted."""
 

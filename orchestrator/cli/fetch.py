@@ -10,7 +10,7 @@ import click
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch import unfetched
-from orchestrator.fetch.download import fetch, nothing_selected
+from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
 from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line
@@ -80,8 +80,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     if as_json:
         app.json({"job_id": record.job_id, "dest": str(summary.dest), "fetched": summary.fetched,
                   "unchanged": summary.unchanged, "bytes": summary.bytes, "patterns": summary.patterns,
-                  "ended": summary.ended, "not_fetched": unfetched.as_json(left)})
-    if not summary.fetched and not summary.unchanged:
+                  "ended": summary.ended, "not_fetched": unfetched.as_json(left), "unwritable": summary.unwritable})
+    if not summary.fetched and not summary.unchanged and not summary.unwritable:
         message = nothing_selected(summary, record.job_id)
         if summary.ended:
             raise UsageError(message)
@@ -92,6 +92,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     if not as_json:
         click.echo(f"{summary.dest}: {len(summary.fetched)} fetched ({summary.bytes / 2**20:.1f} MB), "
                    f"{len(summary.unchanged)} already there")
+    if summary.unwritable:  # the rest is here; these names cannot be on this laptop
+        raise unwritable_error(summary)
 
 
 def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everything: bool, interval: float,
@@ -116,6 +118,8 @@ def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everyth
     click.echo(watch.describe())
     app.say(final_line(record.job_id, status))
     app.job_ended(record.job_id, status)
+    if watch.last is not None and watch.last.unwritable:
+        raise unwritable_error(watch.last)
     return status
 
 

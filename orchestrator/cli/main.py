@@ -28,7 +28,7 @@ from gettext import gettext as _
 import click
 
 from orchestrator import __version__
-from orchestrator.errors import OrchError
+from orchestrator.errors import Interrupted, OrchError
 from orchestrator.termtext import clean
 
 EPILOG = """\b
@@ -161,14 +161,16 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             raise
         click.echo(f"error: {clean(str(exc))}", err=True)  # messages may carry server text
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
+    except click.exceptions.Abort as exc:  # click's word for a KeyboardInterrupt (its cause) in a command
+        kept = str(exc.__cause__) if isinstance(exc.__cause__, Interrupted) else ""
+        click.echo("interrupted" + (f": {clean(kept)}" if kept else ""), err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted", err=True)
+    except KeyboardInterrupt as exc:  # errors.Interrupted says what the step kept
+        kept = str(exc) if isinstance(exc, Interrupted) else ""
+        click.echo("\ninterrupted" + (f": {clean(kept)}" if kept else ""), err=True)
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -1,8 +1,10 @@
 """Fetch a job's files into ``DEST/<job_id>/``, verified.
 
-Promises: only files whose paths ``outputs`` selects; each downloaded as ``<name>.part``
-(resumed from its size when one is there), sha256-checked against the manifest, then
-renamed — nothing unverified ever stands under a final name. The manifest comes from the
+Promises: only files whose paths ``outputs`` selects; each downloaded as ``<name>.part`` (a
+fixed-length name where that would not fit: ``part_path``), resumed from its size when one is
+there, sha256-checked against the manifest, then renamed — nothing unverified ever stands
+under a final name. A name this laptop cannot hold (too long for its file system or path) is
+never requested: it is listed (``FetchSummary.unwritable``) and the rest fetched. The manifest comes from the
 server and is untrusted: a path that is absolute, holds ``..`` or control characters, or
 would land outside the destination (through a symlink too) is refused and nothing is
 written for it. A second fetch with nothing new transfers no file data.
@@ -32,6 +34,7 @@ from orchestrator.jobs.nodes import nodes_of
 from orchestrator.state import runs
 from orchestrator.state.registry import JobRecord
 from orchestrator.transport.base import never
+from remote_payload.contract.jobfolder import NAME_MAX, temp_name
 
 
 @dataclass
@@ -47,6 +50,7 @@ class FetchSummary:
     states: list[str] = field(default_factory=list)  # each node's job state, as its manifest said
     checkpoints: dict[str, set[str]] = field(default_factory=dict)  # verified.CheckpointFolders.listed
     committed: list[str] = field(default_factory=list)  # checkpoint folders renamed into place
+    unwritable: list[str] = field(default_factory=list)  # names this laptop cannot hold: "name (reason)", ascii()
 
 
 DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
@@ -107,7 +111,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     summary.ended = summary.ended and not running
     summary.states.append(str(manifest.get("state")))
     wanted: dict[str, Entry] = {}
-    selected = []
+    selected: list[Entry] = []
     for entry in entries:
         if entry.local in taken:
             continue
@@ -120,15 +124,17 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         selected.append(entry)
     for entry in folders.stage(selected, running):
         local = dest / entry.local
+        if not _writable(dest, entry, summary):
+            continue
         if local.is_file() and state.has(entry.local, local, entry.size, entry.sha256):
             summary.unchanged.append(entry.local)
         else:
             wanted[entry.path] = entry
     if not wanted:
-        return not running
+        return not running and not summary.unwritable
     requests = []
     for entry in wanted.values():
-        part = dest / (entry.local + ".part")
+        part = part_path(dest, entry.local)
         offset = part.stat().st_size if part.is_file() else 0
         requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
     say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
@@ -143,6 +149,9 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
         try:
             summary.bytes += receive_file(reader, dest, entry, req["offset"], size)
+        except NameNotWritable as exc:
+            summary.unwritable.append(str(exc))
+            continue
         except ChangedWhileFetching as exc:
             if not running:
                 raise RemoteError(str(exc)) from None
@@ -153,11 +162,56 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     if reader.header() != {"end": True}:
         raise RemoteError(f"{host.name}: the file stream did not end cleanly")
     remote.finish(proc, "fetch")
-    return not running
+    return not running and not summary.unwritable
 
 
 class ChangedWhileFetching(Exception):
     pass
+
+
+class NameNotWritable(Exception):
+    """A file the laptop cannot create under its name (too long for this file system or
+    path, or bytes it refuses); ``str`` names it (``ascii()``) and says why."""
+
+
+# What a file system answers for a name it cannot hold (macOS: EILSEQ for bytes that are not UTF-8).
+NAME_ERRORS = (errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL)
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) ``folder``'s file system takes."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def part_path(dest: Path, local: str, suffix: str = ".part") -> Path:
+    """Where ``dest/local`` is written before it is verified: ``<name><suffix>`` beside it, or
+    a short fixed-length name when that would not fit (``jobfolder.temp_name``)."""
+    final = dest / local
+    return final.with_name(temp_name(final.name, suffix, _name_max(final.parent) if final.parent.is_dir() else NAME_MAX))
+
+
+def _writable(dest: Path, entry: Entry, summary: FetchSummary) -> bool:
+    """Whether ``entry`` can be written here under its name: its folders are made, and its
+    name and its ``.part`` are looked up (a name too long answers ENAMETOOLONG without
+    creating anything). One that cannot is named in ``summary.unwritable``, never requested."""
+    final = dest / entry.local
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        for path in (final, part_path(dest, entry.local)):
+            try:
+                path.lstat()
+            except FileNotFoundError:
+                pass
+    except OSError as exc:
+        if exc.errno not in NAME_ERRORS:
+            raise LocalFileError(f"cannot write {final} ({exc.strerror or exc}); fix that (or fetch with --dest DIR), "
+                                 "then run the same `orch fetch` again") from None
+        summary.unwritable.append(f"{ascii(entry.local)[1:-1]} ({exc.strerror or exc})")
+        return False
+    return True
 
 
 class _Hasher:
@@ -190,7 +244,7 @@ def receive_file(reader: FileStream, dest: Path, entry: Entry, offset: int, size
     not writable) is a ``LocalFileError`` naming the file; the part keeps what was written, so
     the same fetch resumes once the cause is fixed."""
     final = dest / entry.local
-    part = dest / (entry.local + suffix)
+    part = part_path(dest, entry.local, suffix)
     h = _Hasher()
     remaining = size
     try:
@@ -208,6 +262,9 @@ def receive_file(reader: FileStream, dest: Path, entry: Entry, offset: int, size
                 h.update(data)
                 remaining -= len(data)
     except OSError as exc:
+        if exc.errno in NAME_ERRORS:
+            _drain(reader, remaining)
+            raise NameNotWritable(f"{ascii(entry.local)[1:-1]} ({exc.strerror or exc})") from None
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise LocalFileError(f"the laptop's disk is full: cannot write {part} ({exc.strerror}); free space, "
                                  "then run the same `orch fetch` again: it resumes from the .part file") from None
@@ -218,8 +275,29 @@ def receive_file(reader: FileStream, dest: Path, entry: Entry, offset: int, size
     if offset + size != entry.size or digest != entry.sha256:
         part.unlink()
         raise ChangedWhileFetching(f"{entry.local}: size or sha256 differs from the manifest (discarded; fetch again)")
-    os.replace(part, final)
+    try:
+        os.replace(part, final)
+    except OSError as exc:
+        if exc.errno not in NAME_ERRORS:
+            raise
+        part.unlink()
+        raise NameNotWritable(f"{ascii(entry.local)[1:-1]} ({exc.strerror or exc})") from None
     return size
+
+
+def _drain(reader: FileStream, remaining: int) -> None:
+    """Read past ``remaining`` bytes of the stream (a file that cannot be written here)."""
+    while remaining:
+        remaining -= len(reader.take(min(remaining, 1 << 20)))
+
+
+def unwritable_error(summary: FetchSummary) -> LocalFileError:
+    """Exit 2 naming the files this laptop cannot hold under their names (the rest was fetched)."""
+    shown = "; ".join(summary.unwritable[:5]) + (f"; +{len(summary.unwritable) - 5} more" if len(summary.unwritable) > 5
+                                                 else "")
+    return LocalFileError(f"not fetched, {len(summary.unwritable)} file(s) this laptop cannot hold under their names: "
+                          f"{shown}; everything else was fetched into {summary.dest}. Fetch into a folder with a "
+                          "shorter path (--dest DIR), or have the job write shorter names")
 
 
 def nothing_selected(summary: FetchSummary, job_id: str) -> str:

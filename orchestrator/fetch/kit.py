@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.errors import RemoteError
-from orchestrator.fetch.download import ChangedWhileFetching, receive_file
+from orchestrator.fetch.download import ChangedWhileFetching, NameNotWritable, receive_file
 from orchestrator.fetch.manifest import BAD_CHARS, SHA_RE, Entry
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.jobs.nodes import parallel
@@ -187,7 +187,7 @@ def _download(remote: Remote, job_id: str, kit: Path, entries: list[dict[str, An
         try:
             receive_file(stream, kit, Entry(entry["path"], entry["size"], entry["sha256"], entry["path"]), 0, size,
                          suffix=PART)
-        except ChangedWhileFetching:
+        except (ChangedWhileFetching, NameNotWritable):  # not kept (a name this laptop cannot hold: never)
             changed.add(entry["path"])
             continue
         os.utime(kit / entry["path"], ns=(entry["mtime_ns"], entry["mtime_ns"]))

@@ -26,12 +26,20 @@ from typing import Any
 
 from orchestrator.home import orch_home, write_private
 from orchestrator.sync.selection import sha256_of
+from remote_payload.contract.jobfolder import NAME_MAX, temp_name
 
 # A file of a checkpoint folder, by its fetched name: (…/checkpoints, step-<N>, path inside).
 CHECKPOINT = re.compile(r"^((?:[^/]+/)*checkpoints)/(step-\d+)/(.+)$")
 HIDDEN = ".part-"  # …/checkpoints/.part-step-<N>/: a checkpoint folder being fetched
 GONE = ".gone-"  # …/checkpoints/.gone-step-<N>/: a checkpoint folder being removed
 COMPLETE = "COMPLETE"  # written last into a checkpoint folder (remote_payload/trainer/checkpoint.py)
+
+
+def beside(name: str, prefix: str) -> str:
+    """``prefix + name`` (a hidden sibling of folder ``name``), or a fixed-length temporary
+    name when that would not fit in a file name."""
+    marked = prefix + name
+    return marked if len(marked.encode("utf-8", "surrogateescape")) <= NAME_MAX else temp_name(marked)
 
 
 class FetchState:
@@ -144,7 +152,7 @@ class CheckpointFolders:
             self.listed.setdefault(parent, set()).add(step)
             if running and not any(rest == COMPLETE for _, rest in members):
                 continue
-            final, hidden = f"{parent}/{step}", f"{parent}/{HIDDEN}{step}"
+            final, hidden = f"{parent}/{step}", f"{parent}/{beside(step, HIDDEN)}"
             if all(self.state.has(e.local, self.dest / e.local, e.size, e.sha256) for e, _ in members):
                 _remove(self.dest / hidden, self.state, hidden)
                 out.extend(e for e, _ in members)
@@ -163,7 +171,7 @@ class CheckpointFolders:
         (files it holds that the server does not list are removed first); returns those."""
         for final, staged in self.staged.items():
             parent, step = final.rsplit("/", 1)
-            hidden = f"{parent}/{HIDDEN}{step}"
+            hidden = f"{parent}/{beside(step, HIDDEN)}"
             if not all(self.state.has(e.local, self.dest / e.local, e.size, e.sha256) for e in staged):
                 continue  # the next fetch completes it
             listed = {self.dest / e.local for e in staged}
@@ -192,6 +200,6 @@ def _remove(path: Path, state: FetchState, name: str) -> None:
 def remove_folder(path: Path) -> None:
     """Remove a checkpoint folder without ever showing it half-deleted under its name: it is
     renamed to the hidden ``.gone-<name>`` first (``prune`` removes any such leftover)."""
-    gone = path.with_name(GONE + path.name)
+    gone = path.with_name(beside(path.name, GONE))
     os.replace(path, gone)
     shutil.rmtree(gone, ignore_errors=True)

@@ -139,7 +139,7 @@ class Watch:
             settled = bool(summary.states) and all(s in SETTLED for s in summary.states)
             status = self._status(remotes) if settled else None
             kit.keep(remotes, self.record.job_id, summary.dest, self.say)
-            if summary.ended:
+            if summary.ended and not summary.unwritable:  # a file this laptop cannot hold is not here
                 self._tell(remotes, summary.dest)
         return status
 

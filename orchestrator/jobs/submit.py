@@ -162,7 +162,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
                      {"submission": key, **slurmcheck.log_nodes(plan)})
-        summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]), range(len(hosts)))
+        summaries = transfer.send_all(remotes, project, workspace, sync_plans)  # Ctrl-C: says what was kept
         pause("after-sync")
         start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
@@ -191,8 +191,7 @@ def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: Load
         say_lock_holder(remote.host.name, hello.get("sync", {}).get("lock"), say)
     sync_plans = [selection.plan_sync(workspace, files, h.get("sync", {}), force, frozenset(pulled)) for h in hellos]
     for remote, sp in zip(remotes, sync_plans):
-        say(f"{remote.host.name}: syncing {len(sp.send)} changed file(s), {sp.send_bytes / 2**20:.1f} MB"
-            f"{f', deleting {len(sp.delete)}' if sp.delete else ''}")
+        say(f"{remote.host.name}: syncing {sp.summary()}")
     return sync_plans
 
 

@@ -34,6 +34,7 @@ from orchestrator.spec.load import parse_spec
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.sync import selection
 from orchestrator.transport.base import never
+from remote_payload.contract.jobfolder import part_rel
 from remote_payload.contract.protocol import ACTIVE
 
 Say = Callable[[str], None]
@@ -159,7 +160,7 @@ def todo_for(have: dict[str, Any], files: list[dict[str, Any]]) -> list[dict[str
     for f in files:
         if have["files"].get(f["path"]) == f["sha256"]:
             continue
-        offset = have["parts"].get(f["path"], 0)
+        offset = have["parts"].get(f["path"], have["parts"].get(part_rel(f["path"], movekit.PART), 0))
         todo.append({"path": f["path"], "offset": offset if isinstance(offset, int) and 0 <= offset <= f["size"] else 0,
                      "size": f["size"]})
     return todo

@@ -298,8 +298,10 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                         missed[combo.index] = outcome
                     else:
                         launched.append(combo.index)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             result.interrupted = True
+            if str(exc):  # an interrupted sync says what each host kept
+                say(f"interrupted: {exc}")
             for combo in todo:
                 started = combo.index in launched or (combo.index in jobs and jobs[combo.index].skipped)
                 if not started and combo.index not in missed:
@@ -349,14 +351,15 @@ def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, 
         except OrchError as exc:
             hosts.fail(n, exc)
 
-    def send(n: str) -> None:
-        try:
-            transfer.send(hosts.remotes[n], project, loaded.workspace_dir, plans[n])
-        except OrchError as exc:
-            hosts.fail(n, exc)
-            say(f"{n}: sync failed ({_first_line(exc)}): its combinations are not started")
+    names = list(plans)
 
-    parallel(send, list(plans))
+    def failed(i: int, exc: OrchError) -> None:
+        hosts.fail(names[i], exc)
+        say(f"{names[i]}: sync failed ({_first_line(exc)}): its combinations are not started")
+
+    # Ctrl-C: every stream stops at once and the Interrupted error says what each host kept
+    transfer.send_all([hosts.remotes[n] for n in names], project, loaded.workspace_dir, [plans[n] for n in names],
+                      failed)
 
 
 def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, job: SweepJob, project: str,

@@ -29,6 +29,7 @@ import pathspec
 from orchestrator.errors import UsageError
 from orchestrator.home import laptop_id
 from orchestrator.state import runs
+from remote_payload.contract.jobfolder import TEMP_PREFIX
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
@@ -53,6 +54,16 @@ class SyncPlan:
     base: str | None = None  # the generation of the server's record this plan was made from
     recorded: dict[str, dict[str, Any]] = field(default_factory=dict)  # that record's files
     changed: dict[str, dict[str, Any]] = field(default_factory=dict)  # entries that differ from it
+    # files the server holds the first bytes of (an interrupted sync): rel -> {offset, prefix, sha256}
+    resume: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """``3 changed file(s), 12.0 MB`` with what is resumed and deleted, for a person."""
+        text = f"{len(self.send)} changed file(s), {self.send_bytes / 2**20:.1f} MB"
+        if self.resume:
+            held = sum(r["offset"] for r in self.resume.values())
+            text += f" (the server holds {held / 2**20:.1f} MB more from an interrupted sync)"
+        return text + (f", deleting {len(self.delete)}" if self.delete else "")
 
     def control(self) -> dict[str, Any]:
         """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
@@ -200,7 +211,7 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
         dirnames[:] = kept
         for name in sorted(filenames):
             rel = prefix + name
-            if name.startswith(".orch-pull-"):
+            if name.startswith((TEMP_PREFIX, ".orch-pull-")):  # orch's temporaries (--pull-remote-edits)
                 continue
             full = f"{dirpath}/{name}"  # (os.path.join is measurably slower over thousands of files)
             if match(rel):  # only a file left out pays for its rule (a second match) and its size
@@ -293,6 +304,7 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
     plan.changed = {rel: entry for rel, entry in plan.entries.items()
                     if rel in plan.send or _laptop_fields(recorded[rel]) != entry}
     plan.noop = not plan.send and not plan.delete and not plan.changed
+    _resumable(root, plan, remote.get("partial"))
     clobber = sorted(edited - pulled) if not force else []
     if clobber:
         raise UsageError(
@@ -301,6 +313,40 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
             + "\nBring them to the laptop with --pull-remote-edits, or pass --force to overwrite them."
         )
     return plan
+
+
+def _resumable(root: Path, plan: SyncPlan, partial: Any) -> None:
+    """Fill ``plan.resume``: each file to send whose first bytes the server kept from an
+    interrupted sync (hello's ``partial``: size and sha256, untrusted) and whose own first
+    bytes hash the same; the file is hashed whole too (the server checks the joined file
+    against it before it takes its name), and only the rest counts in ``send_bytes``."""
+    for rel, held in (partial.items() if isinstance(partial, dict) else []):
+        entry = plan.entries.get(rel)
+        if rel not in plan.send or entry is None or entry["link"] is not None or not isinstance(held, dict):
+            continue
+        offset, prefix = held.get("size"), held.get("sha256")
+        if not (isinstance(offset, int) and 0 < offset < entry["size"] and isinstance(prefix, str)):
+            continue
+        try:
+            seen, whole = _hash_with_prefix(root / rel, offset)
+        except OSError:
+            continue
+        if seen == prefix:
+            plan.resume[rel] = {"offset": offset, "prefix": prefix, "sha256": whole}
+            entry["sha256"] = whole
+            plan.send_bytes -= offset
+
+
+def _hash_with_prefix(path: Path, offset: int) -> tuple[str | None, str]:
+    """(sha256 of the first ``offset`` bytes — None when the file is shorter —, sha256 of all)."""
+    h, prefix, done = hashlib.sha256(), None, 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20 if prefix is not None else min(1 << 20, offset - done) or 1 << 20):
+            h.update(block)
+            done += len(block)
+            if prefix is None and done == offset:
+                prefix = h.copy().hexdigest()
+    return prefix, h.hexdigest()
 
 
 def _laptop_fields(entry: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ move is decided in ``selection.py``.
 Promises: every file lands on the server under a temporary name and is renamed into place;
 a file that changed while it was read is sent again; no thread ever prints a traceback —
 a writer's failure is raised in the caller, the laptop's own cause (a file it cannot read)
-before a broken stream's.
+before a broken stream's. Ctrl-C closes the stream at once (``send_all``) and says what the
+server kept; the next sync continues a large cut-off file from the bytes kept there.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.errors import RemoteError, UsageError
+from orchestrator.errors import Interrupted, OrchError, RemoteError, UsageError
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.sync import record as synccache
 from orchestrator.sync.selection import SyncPlan, few, plan_sync, project_name, select_files, sha256_of
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process
+from remote_payload.contract.jobfolder import temp_name
 
 
 class _ProcessWriter(io.RawIOBase):
@@ -44,8 +46,9 @@ class _HashingReader:
     """Reads exactly ``size`` bytes of ``f`` for tarfile, hashing them; a file that shrank
     meanwhile is padded with zeros (and flagged) instead of breaking the stream."""
 
-    def __init__(self, f: Any, size: int) -> None:
-        self.f, self.left, self.hash, self.short = f, size, hashlib.sha256(), False
+    def __init__(self, f: Any, size: int, start: Any = None) -> None:
+        self.f, self.left, self.short = f, size, False
+        self.hash = start if start is not None else hashlib.sha256()
 
     def read(self, n: int = -1) -> bytes:
         n = self.left if n < 0 else min(n, self.left)
@@ -83,7 +86,8 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
             with f:
                 before = os.fstat(f.fileno())
                 info.size, info.mode = before.st_size, entry["mode"]
-                reader = _HashingReader(f, before.st_size)
+                start = _resume(f, info, plan.resume.get(rel))
+                reader = _HashingReader(f, info.size, start)
                 tar.addfile(info, reader)
                 after = os.fstat(f.fileno())
             stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
@@ -91,9 +95,30 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
             if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
                 changed.append(rel)
             if progress:
-                progress(before.st_size)
+                progress(info.size)
     proc.close_stdin()
     return changed
+
+
+def _resume(f: Any, info: tarfile.TarInfo, resume: dict[str, Any] | None) -> Any:
+    """Make ``info`` continue the partial the server kept (``SyncPlan.resume``): only the
+    bytes past its ``offset``, with ``orch.offset``, ``orch.prefix`` and ``orch.sha256`` for
+    the server to check; returns the sha256 of the first bytes, read again here (``f`` is left
+    at the offset), or None — and ``f`` at 0 — when they no longer match (the file changed
+    since planning: it goes whole)."""
+    if resume is None or info.size <= resume["offset"]:
+        return None
+    h, left = hashlib.sha256(), resume["offset"]
+    while left and (block := f.read(min(left, 1 << 20))):
+        h.update(block)
+        left -= len(block)
+    if left or h.hexdigest() != resume["prefix"]:
+        f.seek(0)
+        return None
+    info.size -= resume["offset"]
+    info.pax_headers = {"orch.offset": str(resume["offset"]), "orch.prefix": resume["prefix"],
+                        "orch.sha256": resume["sha256"]}
+    return h
 
 
 def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
@@ -123,26 +148,122 @@ SEND_ROUNDS = 3
 STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
 
 
+class Kept:
+    """What one host's ``receive`` said it holds so far (its JSON lines: files renamed into
+    place, the file being written and its bytes there; untrusted), and the stream to stop on
+    Ctrl-C. ``words`` is its part of the line an interrupted submit prints."""
+
+    def __init__(self, host: str) -> None:
+        self.host, self.call = host, None
+        self.files = self.earlier = self.have = 0
+        self.file: str | None = None
+        self.buf = b""
+
+    def hear(self, data: bytes) -> None:
+        self.buf = (self.buf + data)[-(1 << 16):]
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            try:
+                said = json.loads(line)
+                files, have, name = said["files"], said["have"], said["file"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(files, int) and isinstance(have, int) and isinstance(name, (str, type(None))):
+                self.files, self.have, self.file = self.earlier + files, have, name
+
+    def round_done(self, written: int) -> None:
+        self.earlier += written
+        self.files, self.have, self.file = self.earlier, 0, None
+
+    def stop(self) -> None:
+        """Close the stream now: the server keeps what arrived (never waits for it to drain)."""
+        if self.call is not None:
+            try:
+                self.call.kill()
+            except Exception:  # noqa: BLE001 - the link may be gone already
+                pass
+
+    def words(self) -> str:
+        held = [f"{self.files} file(s)"] if self.files else []
+        if self.file and self.have > 0:
+            name = self.file if len(self.file) <= 40 else "…" + self.file[-39:]
+            held.append(f"{self.have / 2**20:.1f} MB of {name}")
+        return f"{self.host} kept " + (" and ".join(held) if held else "nothing yet")
+
+
+def send_all(remotes: list[Remote], project: str, root: Path, plans: list[SyncPlan],
+             failed: Callable[[int, OrchError], None] | None = None) -> list[dict[str, Any] | None]:
+    """``send`` each host its plan, all at once; the summaries in host order, or the first
+    error. With ``failed``, a host's ``OrchError`` goes to ``failed(index, error)`` instead
+    (its summary is None) and the other hosts go on. Ctrl-C stops every stream at once
+    (``Kept.stop``) and raises ``Interrupted`` with one line saying what each server kept: the
+    files complete there, and the bytes of a large file cut off, which the next sync
+    continues (``SyncPlan.resume``)."""
+    kept = [Kept(r.host.name) for r in remotes]
+    results: list[Any] = [None] * len(remotes)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = send(remotes[i], project, root, plans[i], kept=kept[i])
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller below
+            results[i] = exc
+
+    try:
+        if len(remotes) == 1:
+            one(0)
+        else:
+            threads = [threading.Thread(target=one, args=(i,), daemon=True, name=f"orch-sync-{i}")
+                       for i in range(len(remotes))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+    except KeyboardInterrupt:
+        for k in kept:
+            k.stop()
+        raise Interrupted(_kept_line(kept)) from None
+    if any(isinstance(result, KeyboardInterrupt) for result in results):
+        raise Interrupted(_kept_line(kept))
+    for i, result in enumerate(results):
+        if failed is not None and isinstance(result, OrchError):
+            failed(i, result)
+            results[i] = None
+        elif isinstance(result, BaseException):
+            raise result
+    return results
+
+
+def _kept_line(kept: list[Kept]) -> str:
+    return "; ".join(k.words() for k in kept) + "; submit again to send the rest"
+
+
 def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
-         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+         progress: Callable[[int], None] | None = None, kept: Kept | None = None) -> dict[str, Any]:
     """Stream the plan's files as one tar to ``agent receive``; return its summary.
 
     A file changed, truncated or deleted while it was being sent is sent again as it is
     then (up to ``SEND_ROUNDS`` rounds; a file that keeps changing is a ``UsageError``
-    naming it). The server records the hash of what it received, never a hash it lacks."""
+    naming it), as is one the server refused to join to its partial (``again``). The server
+    records the hash of what it received, never a hash it lacks. ``kept`` hears what the
+    server holds as it goes."""
     if plan.noop:
         return {"written": 0, "deleted": 0, "bytes": 0}
+    kept = kept or Kept(remote.host.name)
     total: dict[str, Any] = {}
     for _ in range(SEND_ROUNDS):
-        value, changed = _send_once(remote, project, root, plan, progress)
+        value, changed = _send_once(remote, project, root, plan, progress, kept)
+        kept.round_done(value["written"])
         if plan.base is not None:
             recorded = synccache.after_receive(remote.host, project, plan.recorded, value)
         else:  # every entry was sent: the next hello brings the record whole
             recorded = None
             synccache.store(remote.host, project, None, {})
         for key, number in value.items():
-            if key != "changes":
+            if key not in ("changes", "again"):
                 total[key] = total.get(key, 0) + number if isinstance(number, int) else number
+        changed += [rel for rel in value.get("again", []) if isinstance(rel, str) and rel in plan.entries
+                    and rel not in changed]
         if not changed:
             return total
         plan = _replan(root, plan, changed, value["generation"], recorded)
@@ -151,8 +272,9 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
 
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
-               progress: Callable[[int], None] | None) -> tuple[dict[str, Any], list[str]]:
+               progress: Callable[[int], None] | None, kept: Kept) -> tuple[dict[str, Any], list[str]]:
     proc = remote.start("receive", project=project, stall_s=STALL_S)
+    kept.call = proc
     pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
     outcome: dict[str, Any] = {}
 
@@ -169,11 +291,18 @@ def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
     writer = threading.Thread(target=produce, daemon=True, name="orch-sync-writer")
     writer.start()
     try:
+        while chunk := proc.read(1 << 16):  # what the server holds so far, until its reply
+            kept.hear(chunk)
         value = remote.finish(proc, "sync")
+    except KeyboardInterrupt:
+        kept.stop()  # at once: the writer may be blocked on a slow link, never wait for it
+        raise
     except BaseException:
         writer.join(timeout=30)
         _raise_local(outcome.get("error"))  # the laptop's own problem explains the broken stream
         raise
+    finally:
+        kept.call = None
     writer.join()
     _raise_local(outcome.get("error"))
     if "error" in outcome:
@@ -204,7 +333,7 @@ def pull(remote: Remote, project: str, root: Path, paths: list[str]) -> list[str
         if header.get("path") != req["path"] or not isinstance(size, int) or size < 0 \
                 or not target.startswith(base + os.sep):
             raise RemoteError(f"{remote.host.name}: unexpected file header {ascii(header)[:200]}")
-        tmp = Path(target).with_name(f".orch-pull-{os.getpid()}-{Path(target).name}")
+        tmp = Path(target).with_name(temp_name(Path(target).name))  # fits wherever the name fits
         with open(tmp, "wb") as f:
             remaining = size
             while remaining:

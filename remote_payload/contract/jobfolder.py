@@ -22,6 +22,8 @@ DEEPSPEED_HOSTFILE = "deepspeed_hostfile"  # a multi-node deepspeed job's nodes,
 FREE_PORT = "@free-port@"  # in a plan's argv: a TCP port free on the node, picked by its supervisor at start
 PROGRESS_GROUPS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")  # launch.progress's
 BASH_ENV = "bash_env.sh"  # what BASH_ENV names in a job: the job's front of PATH after a login shell
+TEMP_PREFIX = ".orch-tmp-"  # a temporary orch keeps beside a file it writes: never listed, moved or fetched
+NAME_MAX = 255  # bytes in one file name on the file systems of Linux and macOS
 # What orch itself writes into a job folder beside NOT_LISTED (the names a manifest may list that
 # no job wrote): its records, its logs, the metrics, the trainer config, the setup script, a
 # move's history, a Slurm job's script, record and cancel mark, the BASH_ENV file and a deepspeed
@@ -29,6 +31,24 @@ BASH_ENV = "bash_env.sh"  # what BASH_ENV names in a job: the job's front of PAT
 # "." are orch's too (markers, a move's staging).
 ORCH_WRITTEN = ("repro", "logs", "metrics.jsonl", "train.json", "setup.sh", "moves.json", "slurm.sh", "slurm.json",
                 "cancel.requested", BASH_ENV, DEEPSPEED_HOSTFILE)
+
+
+def temp_name(name: str, suffix: str = "", name_max: int = NAME_MAX) -> str:
+    """The name of the temporary that becomes ``name`` (same folder, renamed into place once
+    complete): ``name + suffix`` when a ``suffix`` is given and that fits in ``name_max``
+    bytes, else ``.orch-tmp-<16 hex of name's sha256>`` + ``suffix`` — a name of fixed length,
+    so a temporary fits wherever its final name fits, and the same for the same name (a cut
+    transfer finds its partial again)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if suffix and len(raw) + len(suffix.encode("utf-8")) <= name_max:
+        return name + suffix
+    return TEMP_PREFIX + hashlib.sha256(raw).hexdigest()[:16] + suffix
+
+
+def part_rel(rel: str, suffix: str) -> str:
+    """``temp_name`` of the file at relative path ``rel``, as a relative path (same folder)."""
+    folder, _, name = rel.rpartition("/")
+    return (folder + "/" if folder else "") + temp_name(name, suffix)
 
 
 def sha256_file(path: str) -> str:

@@ -37,6 +37,11 @@ RESUMABLE = (FAILED, LOST, CANCELLED)           # what ``orch resume`` accepts
 STATES = ACTIVE + TERMINAL + (LOST, UNKNOWN)    # every state a server reports
 GRACE_S = 30.0  # SIGTERM -> SIGKILL when a job is stopped, unless job.json says otherwise (grace_s)
 
+# -- sync (remote_payload/helper/workspace.py: receive) ----------------------------------
+# A file cut off mid-sync with at least this many bytes on the server is kept (under its
+# temporary name) and the next sync sends only the rest of it; a smaller one is sent again.
+RESUME_MIN_BYTES = 1 << 20
+
 # -- framing -----------------------------------------------------------------------------
 MAGIC = b"\x00orch-serve-1\n"
 HEADER = struct.Struct(">cI")
@@ -112,9 +117,12 @@ REQUESTS: Dict[str, Request] = {
                      {"python": (str, REQUIRED), "python_version": (str, REQUIRED), "root": (str, REQUIRED),
                       "boot_id": (str, REQUIRED), "hostname": (str, REQUIRED), "gpus": (int, OPT),
                       "sync": (dict, OPT), "payload": (str, OPT), "slurm": (dict, OPT)}),
+    # receive: a tar stream in; out, a JSON line now and then saying what the server holds
+    # ({"files", "bytes", "file", "have"}: files complete, and the bytes of the one being written)
     "receive": Request({"project": (str, REQUIRED), "stall_s": (NUMBER, REQUIRED)},
                        {"written": (int, REQUIRED), "deleted": (int, REQUIRED), "bytes": (int, REQUIRED),
-                        "generation": (str, REQUIRED), "changes": (dict, OPT)}, reads=True),
+                        "generation": (str, REQUIRED), "changes": (dict, OPT), "again": (list, OPT)},
+                       reads=True, writes=True),
     "launch": Request({"request": (dict, REQUIRED)},
                       {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT),
                        "job_dir": (str, OPT), "slurm_job": (str, OPT)}, locked=True, statuses="status"),

@@ -81,7 +81,14 @@ def _hello(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str
 
 
 def _receive(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
-    return workspace.receive(agent.root, a["project"], inp, float(a["stall_s"]))
+    def report(kept: Dict[str, Any]) -> None:  # what is kept so far, for the laptop to say when it is interrupted
+        try:
+            out.write((json.dumps(kept) + "\n").encode("utf-8"))
+            out.flush()
+        except (OSError, ValueError):
+            pass  # the laptop is gone: the receive goes on to keep what arrived
+
+    return workspace.receive(agent.root, a["project"], inp, float(a["stall_s"]), report)
 
 
 def _follow(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:

@@ -7,7 +7,9 @@ version, "source": {laptop, path}}. The laptop keeps a copy of the record it las
 that generation, and ``receive`` takes the changes since a generation and answers with the
 changes it recorded, so neither direction sends the whole record again. Before a receive starts, the
 incoming record is journaled as ``sync-<project>.pending.json``, so a file that orch wrote
-in a sync that was cut off is not mistaken for an edit made on the server.
+in a sync that was cut off is not mistaken for an edit made on the server. A receive that
+breaks off writes the record of what it completed, with ``partial``: {rel: {size, sha256}}
+for a large file cut off under its temporary name, which the next sync continues.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tarfile
-from typing import IO, Any, Callable, Collection, Dict, List, Optional
+import time
+from typing import IO, Any, Callable, Collection, Dict, List, Optional, Tuple
 
-from remote_payload.contract.jobfolder import atomic_write_json, read_json, sha256_file
+from remote_payload.contract.jobfolder import TEMP_PREFIX, atomic_write_json, read_json, sha256_file, temp_name
+from remote_payload.contract.protocol import RESUME_MIN_BYTES, ProtocolError
 from remote_payload.jobdir import lease
 
 
@@ -52,9 +57,12 @@ def record(root: str, project: str) -> Dict[str, Any]:
 
 def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str, Any]:
     """The record, plus files edited (content differs from anything orch wrote) or deleted
-    on the server since. Only files whose size or mtime changed are hashed. When ``known`` is
-    the record's generation, the files are left out (``same: true``): the laptop has them."""
+    on the server since, and the ``partial`` files a cut-off receive kept. Only files whose
+    size or mtime changed are hashed. When ``known`` is the record's generation, the files are
+    left out (``same: true``): the laptop has them. A receive still writing (an interrupted
+    one finishing) is waited for first (``_settled``)."""
     p = _paths(root, project)
+    busy = _settled(p["record"] + ".lock")
     whole = read_json(p["record"]) or {}
     files = whole.get("files") or {}
     pending = (read_json(p["pending"]) or {}).get("entries", {})
@@ -76,21 +84,49 @@ def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str
             ours = digest is not None and digest in (entry.get("sha256"), (pending.get(rel) or {}).get("sha256"))
         if not ours:
             edited.append(rel)
-    out = {"files": files, "edited": sorted(edited), "missing": sorted(missing), "generation": whole.get("generation")}
+    out = {"files": files, "edited": sorted(edited), "missing": sorted(missing), "generation": whole.get("generation"),
+           "partial": kept_partials(p["ws"], whole.get("partial"))}
     if known is not None and known == whole.get("generation"):
         del out["files"]
         out["same"] = True
-    busy = lease.holder(p["record"] + ".lock") if os.path.isdir(os.path.dirname(p["record"])) else None
     if busy is not None:
         out["lock"] = busy
     return out
 
 
-def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S) -> Dict[str, Any]:
+SETTLE_S = 15.0  # how long ``sync_state`` waits for a receive that is still writing (an interrupted one finishing)
+
+
+def _settled(lock: str) -> Optional[Dict[str, Any]]:
+    """Wait while another receive of the project holds ``lock`` and makes progress (a sync
+    the laptop interrupted writes what was in flight, then records what it kept), at most
+    ``SETTLE_S``; then who holds it, or None when it is free."""
+    if not os.path.isdir(os.path.dirname(lock)):
+        return None
+    deadline = time.time() + SETTLE_S
+    busy = lease.holder(lock)
+    while busy is not None and busy["idle_s"] < 2.5 * lease.PROGRESS_EVERY_S and time.time() < deadline:
+        time.sleep(0.1)
+        busy = lease.holder(lock)
+    return busy
+
+
+def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S,
+            report: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
-    changed files. Each file lands as ``.orch-tmp-<pid>-<name>`` and is renamed into place (a
-    broken stream leaves no temporary behind); then deletions of recorded files; then the
-    record."""
+    changed files. Each file lands under its temporary name (``jobfolder.temp_name``: fixed
+    length, so it fits wherever the file's name fits) and is renamed into place; then
+    deletions of recorded files; then the record. ``report`` gets what is kept now and then
+    (``_Kept``).
+
+    A stream that breaks off (the laptop interrupted, the link cut) keeps what arrived: the
+    files already renamed are recorded, and a file cut off with at least
+    ``RESUME_MIN_BYTES`` stays under its temporary name, listed in the record's ``partial``
+    (size and sha256 of its bytes), so the next sync sends only the rest. A member carrying
+    ``orch.offset`` continues that partial: its bytes on disk are hashed again and must match
+    ``orch.prefix``, and the whole must match ``orch.sha256`` before it takes its name;
+    otherwise it is discarded and named in ``again`` (the laptop sends it whole). Nothing
+    half-written ever stands under a final name."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
@@ -98,14 +134,18 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
         held = lease.acquire(p["record"] + ".lock", "receive " + project, stall_s)
     except lease.LeaseBusy as exc:
         raise SyncError("another sync of this workspace is running: %s" % exc)
-    if held.took_over is not None or os.path.exists(p["pending"]):
-        remove_stale_temporaries(p["ws"])  # an earlier receive was cut off or stopped
     whole = read_json(p["record"]) or {}
     old = whole.get("files") or {}
+    partial = kept_partials(p["ws"], whole.get("partial"))
+    if held.took_over is not None or os.path.exists(p["pending"]):
+        remove_stale_temporaries(p["ws"], keep={_temp_path(p["ws"], rel) for rel in partial})
     control: Optional[Dict[str, Any]] = None
     received: Dict[str, str] = {}
+    again: List[str] = []
+    kept = _Kept(report)
     written = nbytes = 0
-    tmp = None
+    current: Optional[_Copy] = None
+    tmp: Optional[str] = None  # a temporary not yet renamed into place
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
@@ -119,29 +159,48 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                 dest = safe_join(p["ws"], member.name)
                 clear_way(p["ws"], member.name, old)
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
-                tmp = os.path.join(os.path.dirname(dest), ".orch-tmp-%d-%s" % (os.getpid(), os.path.basename(dest)))
-                if os.path.lexists(tmp):
-                    os.unlink(tmp)
+                tmp = _temp_path(p["ws"], member.name)
                 if member.issym():
+                    if os.path.lexists(tmp):
+                        os.unlink(tmp)
                     os.symlink(member.linkname, tmp)
                 elif member.isfile():
-                    received[member.name] = _copy_hashing(tar.extractfile(member), tmp, held.progress)
+                    current = _Copy(member.name, tmp, _resume_from(tmp, member, partial.pop(member.name, None)))
+                    current.run(tar.extractfile(member), held.progress, kept)
+                    copy, current = current, None
+                    if not copy.matches(member.pax_headers.get("orch.sha256")):
+                        os.unlink(tmp)
+                        tmp = None
+                        again.append(member.name)
+                        continue
+                    received[member.name] = copy.hexdigest()
                     os.chmod(tmp, member.mode & 0o7777)
                     nbytes += member.size
                 else:
+                    tmp = None
                     continue
                 if os.path.isdir(dest) and not os.path.islink(dest):
                     remove_synced_folder(p["ws"], member.name, old)
                 os.replace(tmp, dest)
                 tmp = None
                 written += 1
-    except (tarfile.TarError, EOFError) as exc:
-        raise SyncError("the sync stream broke off: %s" % exc)
-    finally:
-        if tmp is not None and os.path.lexists(tmp):
-            os.unlink(tmp)
+                kept.done(member.name)
+    except BaseException as exc:
+        cut = isinstance(exc, (tarfile.TarError, EOFError, ProtocolError, KeyboardInterrupt))
+        if current is not None:
+            partial.update(current.keep() if cut else current.discard())
+        elif tmp is not None:
+            _unlink_quietly(tmp)
+        if control is not None:
+            arrived = {rel: dict(control["entries"].get(rel) or {}, sha256=digest) for rel, digest in received.items()}
+            _record_cut(p, whole, old, arrived, partial)
+        if isinstance(exc, (tarfile.TarError, EOFError)):
+            raise SyncError("the sync stream broke off: %s" % exc)
+        raise
     if control is None:
         raise SyncError("empty sync stream")
+    for rel in partial:  # kept for a sync that no longer wants them
+        _unlink_quietly(_temp_path(p["ws"], rel))
     deleted = 0
     for rel in control["delete"]:
         if rel in old and rel not in control["entries"]:
@@ -171,7 +230,157 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
     if control.get("base") is not None and control["base"] == (whole.get("generation") or ""):  # the laptop holds ``old``
         out["changes"] = {rel: files.get(rel) for rel in set(old) | set(files) if old.get(rel) != files.get(rel)}
+    if again:
+        out["again"] = again
     return out
+
+
+def _temp_path(ws: str, rel: str) -> str:
+    """Where ``rel`` is written before it takes its name (``jobfolder.temp_name``)."""
+    folder, name = os.path.split(safe_join(ws, rel))
+    return os.path.join(folder, temp_name(name))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class _Kept:
+    """What the receive holds so far, told to ``report`` at most every ``EVERY_S``:
+    ``files`` renamed into place, ``bytes`` written, and the file being written with the
+    bytes of it on disk (``file``, ``have``)."""
+
+    EVERY_S = 0.2
+
+    def __init__(self, report: Optional[Callable[[Dict[str, Any]], None]]) -> None:
+        self.report, self.last = report, 0.0
+        self.state: Dict[str, Any] = {"files": 0, "bytes": 0, "file": None, "have": 0}
+
+    def wrote(self, rel: str, have: int, more: int) -> None:
+        self.state.update(file=rel, have=have, bytes=self.state["bytes"] + more)
+        self._tell(False)
+
+    def done(self, rel: str) -> None:
+        self.state.update(files=self.state["files"] + 1, file=None, have=0)
+        self._tell(False)
+
+    def _tell(self, now: bool) -> None:
+        if self.report is None or not (now or time.time() - self.last >= self.EVERY_S):
+            return
+        self.last = time.time()
+        self.report(dict(self.state))
+
+
+class _Copy:
+    """One file's bytes into its temporary, hashed as written; ``resume`` is a verified
+    partial already there (its size and running sha256) or None."""
+
+    def __init__(self, rel: str, tmp: str, resume: "Optional[Tuple[int, Any]]") -> None:
+        self.rel, self.tmp = rel, tmp
+        self.size, self.hash = resume if resume is not None else (0, hashlib.sha256())
+        if resume is None and os.path.lexists(tmp):
+            os.unlink(tmp)
+
+    def run(self, src: IO[bytes], progress: Callable[[], None], kept: _Kept) -> None:
+        with open(self.tmp, "r+b" if self.size else "wb") as f:
+            f.seek(self.size)
+            while True:
+                block = src.read(1 << 16)
+                if not block:
+                    break
+                f.write(block)
+                self.hash.update(block)  # after the write: a failed write is never counted
+                self.size += len(block)
+                progress()
+                kept.wrote(self.rel, self.size, len(block))
+
+    def matches(self, want: Optional[str]) -> bool:
+        return want is None or self.hash.hexdigest() == want
+
+    def hexdigest(self) -> str:
+        return self.hash.hexdigest()
+
+    def keep(self) -> Dict[str, Dict[str, Any]]:
+        """A cut-off file: kept as a partial when it is large enough (its file is closed, so
+        every counted byte is on disk), else removed."""
+        try:
+            if self.size >= RESUME_MIN_BYTES and os.path.getsize(self.tmp) == self.size:
+                return {self.rel: {"size": self.size, "sha256": self.hash.hexdigest()}}
+        except OSError:
+            pass
+        return self.discard()
+
+    def discard(self) -> Dict[str, Dict[str, Any]]:
+        _unlink_quietly(self.tmp)
+        return {}
+
+
+def _resume_from(tmp: str, member: tarfile.TarInfo, known: Optional[Dict[str, Any]]) -> "Optional[Tuple[int, Any]]":
+    """(size, sha256 object) of the partial ``member`` continues, read back from disk and
+    checked against the record (``known``) and the laptop's ``orch.prefix``; None when the
+    member starts from byte 0. ``SyncError`` never: a partial that does not match is removed
+    and the member's bytes are taken as a new file's (``matches`` then fails on its sha256)."""
+    raw = member.pax_headers.get("orch.offset")
+    if raw is None:
+        return None
+    h = hashlib.sha256()
+    try:
+        offset = int(raw)
+        with open(tmp, "rb") as f:
+            remaining = offset
+            while remaining:
+                block = f.read(min(remaining, 1 << 20))
+                if not block:
+                    break
+                h.update(block)
+                remaining -= len(block)
+        good = (known is not None and remaining == 0 and known.get("size") == offset and os.path.getsize(tmp) == offset
+                and h.hexdigest() == known.get("sha256") == member.pax_headers.get("orch.prefix"))
+    except (OSError, ValueError):
+        good = False
+    if good:
+        return offset, h
+    _unlink_quietly(tmp)
+    return None
+
+
+def kept_partials(ws: str, partial: Any) -> Dict[str, Dict[str, Any]]:
+    """The record's ``partial`` entries whose temporary is still there with their size."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for rel, entry in (partial.items() if isinstance(partial, dict) else []):
+        try:
+            if isinstance(entry, dict) and os.path.getsize(_temp_path(ws, rel)) == entry.get("size"):
+                out[rel] = {"size": int(entry["size"]), "sha256": str(entry.get("sha256"))}
+        except (OSError, SyncError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _record_cut(p: Dict[str, str], whole: Dict[str, Any], old: Dict[str, Any], arrived: Dict[str, Any],
+                partial: Dict[str, Dict[str, Any]]) -> None:
+    """After a receive that did not finish: the record holds the old entries still true on
+    disk, the files this receive renamed into place (with the hash of what arrived) and the
+    kept partials; then the journal goes (nothing it names is mistaken for a server edit:
+    whatever this receive wrote is recorded). Best effort: when it cannot be written (a full
+    disk) the journal stays and the next receive cleans up as before."""
+    files: Dict[str, Any] = {}
+    for rel, entry in list(old.items()) + list(arrived.items()):
+        try:
+            st = os.lstat(safe_join(p["ws"], rel))
+        except (OSError, SyncError):
+            continue
+        if stat.S_ISLNK(st.st_mode) != (entry.get("link") is not None) or stat.S_ISDIR(st.st_mode):
+            continue
+        files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
+    try:
+        atomic_write_json(p["record"], {"files": files, "generation": os.urandom(8).hex(), "partial": partial,
+                                        "source": whole.get("source") or {}})
+        os.unlink(p["pending"])
+    except OSError:
+        pass
 
 
 def _entries(control: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
@@ -200,16 +409,15 @@ def _copy_hashing(src: IO[bytes], dest: str, progress: Callable[[], None]) -> st
     return h.hexdigest()
 
 
-def remove_stale_temporaries(ws: str) -> None:
-    """Remove ``.orch-tmp-*`` files that a cut-off or stopped receive left (the caller holds
-    the project's lease, so no live receive owns any)."""
+def remove_stale_temporaries(ws: str, keep: Collection[str] = ()) -> None:
+    """Remove the temporaries (``.orch-tmp-*``) that a cut-off or stopped receive left, but
+    the partials in ``keep`` (the caller holds the project's lease, so no live receive owns
+    any)."""
     for dirpath, _, filenames in os.walk(ws):
         for name in filenames:
-            if name.startswith(".orch-tmp-"):
-                try:
-                    os.unlink(os.path.join(dirpath, name))
-                except OSError:
-                    pass
+            path = os.path.join(dirpath, name)
+            if name.startswith(TEMP_PREFIX) and path not in keep:
+                _unlink_quietly(path)
 
 
 def clear_way(ws: str, rel: str, old: Dict[str, Any]) -> None:

@@ -9,7 +9,8 @@ Standard library only, Python >= 3.8.
   trainer but the latest complete one. It also names the inputs the trainer reads from outside
   the job folder (the user must provide those on the target) and the symlinks it leaves out.
 - On the target, files arrive in ``jobs/.move-<id>/`` (``have``, ``receive``): each written
-  as ``<path>.orch-part`` from an offset (a cut transfer continues where it stopped), checked
+  as ``<path>.orch-part`` (a fixed-length ``.orch-tmp-<hex>.orch-part`` where that name would be
+  too long) from an offset (a cut transfer continues where it stopped), checked
   against the listing's size and sha256, given the source's mtime, renamed, and written to
   the journal. Nothing unverified stands under a final name.
 - ``adopt`` turns a complete staging folder into ``jobs/<id>/`` with the target's own
@@ -26,7 +27,8 @@ import shutil
 import time
 from typing import IO, Any, Dict, List, Optional
 
-from remote_payload.contract.jobfolder import CODE_DIR, SKIP_DIRS, atomic_write_json, read_json, sha256_file
+from remote_payload.contract.jobfolder import (CODE_DIR, SKIP_DIRS, TEMP_PREFIX, atomic_write_json, part_rel, read_json,
+                                               sha256_file)
 from remote_payload.jobdir import lease
 from remote_payload.jobdir.manifest import keep_hashes, known_hashes
 
@@ -160,9 +162,10 @@ def have(root: str, job_id: str, job_dir: str) -> Dict[str, Any]:
     parts: Dict[str, int] = {}
     for dirpath, _, names in os.walk(stage):
         for n in names:
-            if n.endswith(PART):
+            if n.endswith(PART):  # keyed by the file's path; a too-long one by the part's own (``part_rel``)
                 rel = os.path.relpath(os.path.join(dirpath, n), stage).replace(os.sep, "/")
-                parts[rel[:-len(PART)]] = os.lstat(os.path.join(dirpath, n)).st_size
+                key = rel if n.startswith(TEMP_PREFIX) else rel[:-len(PART)]
+                parts[key] = os.lstat(os.path.join(dirpath, n)).st_size
     os.makedirs(os.path.join(root, "jobs"), exist_ok=True)
     vfs = os.statvfs(os.path.join(root, "jobs"))
     return {"exists": os.path.isdir(job_dir), "files": {p: e["sha256"] for p, e in _journal(stage).items()},
@@ -207,7 +210,7 @@ def receive(root: str, job_id: str, expected: List[Dict[str, Any]], inp: IO[byte
             entry = want.get(rel)  # type: ignore[arg-type]
             if entry is None or not isinstance(offset, int) or not isinstance(size, int) or offset < 0 or size < 0:
                 raise MoveError("unexpected file header %s" % ascii(header)[:200])
-            part = os.path.join(stage, rel + PART)
+            part = os.path.join(stage, part_rel(rel, PART))
             os.makedirs(os.path.dirname(part), exist_ok=True)
             have_bytes = os.path.getsize(part) if os.path.exists(part) else 0
             if offset > have_bytes:

@@ -1,5 +1,6 @@
-"""A TCP proxy that tests control: cut every connection, cut after N bytes, or freeze the
-connections that are open now (new ones still flow). Threads only; bounded; loopback only."""
+"""A TCP proxy that tests control: cut every connection, cut after N bytes, freeze the
+connections that are open now (new ones still flow), or cap each direction's rate (a slow
+link). Threads only; bounded; loopback only."""
 
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ class _Conn:
 class FaultProxy:
     """Listens on 127.0.0.1:``port`` and forwards to 127.0.0.1:``target``."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, rate_bps: float | None = None) -> None:
+        """``rate_bps``: bytes per second each direction of each connection may carry (None:
+        as fast as loopback); ``limit`` changes it later."""
         self.target = target
+        self.rate_bps = rate_bps
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.conns: list[_Conn] = []
@@ -65,9 +69,10 @@ class FaultProxy:
             threading.Thread(target=self._pump, args=(conn, server, client, "down"), daemon=True).start()
 
     def _pump(self, conn: _Conn, src: socket.socket, dst: socket.socket, direction: str) -> None:
+        free_at = time.monotonic()  # when this direction's link has carried what it was given
         while not conn.closed:
             try:
-                data = src.recv(65536)
+                data = src.recv(16384 if self.rate_bps else 65536)
             except OSError:
                 break
             if not data:
@@ -87,6 +92,9 @@ class FaultProxy:
                 else:
                     cut_now = False
                 self.bytes[direction] += len(data)
+            if self.rate_bps and data:
+                free_at = max(free_at, time.monotonic()) + len(data) / self.rate_bps
+                time.sleep(max(0.0, free_at - time.monotonic()))
             try:
                 if data:
                     dst.sendall(data)
@@ -110,6 +118,10 @@ class FaultProxy:
         or ``down``."""
         with self.lock:
             self.budget[direction] = nbytes
+
+    def limit(self, rate_bps: float | None) -> None:
+        """Cap each direction at ``rate_bps`` bytes per second from now on (None: no cap)."""
+        self.rate_bps = rate_bps
 
     def freeze(self) -> None:
         """Stop forwarding on the connections open now, without closing them."""

@@ -28,7 +28,7 @@ def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2
     assert (aside / "checkpoints" / f"step-{stopped_at}" / "COMPLETE").is_file()
     assert f"{job}: its earlier folder on local (cancelled) is set aside as {aside}" in out.stderr
     shown = orch("show", job).stdout
-    assert "local → box2" in shown
+    assert "local → box2" in shown and "left on local: its earlier folder on local (cancelled) is set aside" in shown
 
     assert_same_run(orch, ref, job)  # history moved: each step once
 

@@ -90,6 +90,7 @@ def test_a_move_from_a_silent_host_waits_until_it_is_lost_and_the_old_attempt_is
     assert not (orch.remote_root / "jobs" / job).exists()  # never read as the job's again
     again = orch("status", job, "--json", env=env)
     assert "superseded_running_on" not in json.loads(again.stdout) and "superseded" not in again.stderr
+    assert f"left on {flaky}: stopped its superseded attempt on {flaky}" in orch("show", job, env=env).stdout
 
     orch.wait_state(job, ("running",))
     wait_for(lambda: "tick 2 " in orch("logs", job, env=env).stdout, "the log of the attempt on box2", 60)

@@ -14,7 +14,7 @@ from orchestrator.cli.logs import follow_to_end
 @click.argument("job")
 @click.option("--on", "on", multiple=True, metavar="HOST",
               help="Continue on this inventory host instead (once per node); the job keeps its id.")
-@click.option("--from", "runs", type=click.Path(path_type=Path), default=None,
+@click.option("--from", "runs", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="With --on: the folder holding the job's copy (DIR/JOB/.orch-job), used when its hosts are "
                    "gone. Default: where orch fetch --watch recorded it, then ./runs.")
 @click.option("--force", is_flag=True,

@@ -87,7 +87,7 @@ def pending(db: Path, *, host: str | None = None, job_ids: list[str] | None = No
         with closing(_connect(db)) as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM fences WHERE {' AND '.join(where)} ORDER BY moved_at",
                                 args).fetchall()
-    except sqlite3.OperationalError:  # no table yet: nothing ever moved with this registry
+    except sqlite3.DatabaseError:  # no table yet (nothing ever moved), or a damaged file: nothing known
         return []
     return [Fence(*row) for row in rows]
 
@@ -109,6 +109,6 @@ def of_job(db: Path, job_id: str) -> list[Fence]:
     try:
         with closing(_connect(db)) as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM fences WHERE job_id=? ORDER BY moved_at", (job_id,)).fetchall()
-    except sqlite3.OperationalError:
+    except sqlite3.DatabaseError:
         return []
     return [Fence(*row) for row in rows]

@@ -44,6 +44,6 @@ def recorded(db: Path, job_id: str) -> Path | None:
     try:
         with closing(_connect(db)) as conn:
             row = conn.execute("SELECT run_dir FROM kits WHERE job_id=?", (job_id,)).fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.DatabaseError:
         return None
     return Path(row[0]) if row else None

@@ -4,8 +4,9 @@ Requests (``remote_payload/contract/protocol.py``) go through helper sessions: o
 started through the host's login shell (so conda's PATH and the profile's variables are there,
 for the supervisor too) serves every request of this orch command; a second one is started only
 while the first is busy (a stream in progress). Before a command's first request on a host,
-the fences of jobs that moved away from it are acted on (``fence.py``). The payload is installed on first use (one
-extra round trip per host and orch version). A failure the helper reports becomes
+the fences of jobs that moved away from it are acted on (``fence.py``). The payload is
+installed on first use (one extra round trip per host and orch version). A failure the
+helper reports becomes
 ``RemoteError`` (exit 4) naming the host and the request; a reply that does not match the
 request's row is rejected the same way, never passed on.
 """

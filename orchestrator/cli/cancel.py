@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.jobs.nodes import cancel
+from orchestrator.jobs.nodes import cancel, settle_fences
 from orchestrator.termtext import clean
 from remote_payload.contract.protocol import GRACE_S
 
@@ -17,7 +17,9 @@ from remote_payload.contract.protocol import GRACE_S
 @pass_app
 def cancel_cmd(app: App, job: str, grace: float) -> None:
     """Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints),
-    SIGKILL to what is left after the grace period.
+    SIGKILL to what is left after the grace period. A moved job's attempt on a
+    host it left that orch has not yet stopped is stopped too (when that host
+    answers).
 
     \b
     Example:
@@ -26,6 +28,7 @@ def cancel_cmd(app: App, job: str, grace: float) -> None:
     record = app.registry.get(job)
     status = cancel(record, app.inventory, app.registry, grace)
     click.echo(f"{record.job_id}: {clean(str(status['state']))}")
+    settle_fences([record.job_id], app.inventory, app.registry, app.say)  # an attempt it left behind, too
 
 
 COMMANDS = [cancel_cmd]

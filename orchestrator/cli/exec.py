@@ -12,6 +12,8 @@ import click
 from orchestrator.access.connect import open_transport
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
+from orchestrator.home import orch_home
+from orchestrator.state import fences
 from orchestrator.termtext import CleanDecoder
 from orchestrator.transport import shell
 from orchestrator.transport.base import Process, never
@@ -111,6 +113,11 @@ def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
     host = app.inventory.get(host_name)
     local = host.kind == "local"
     with open_transport(host, app.inventory, never) as transport:
+        if fences.pending(orch_home() / "registry.db", host=host.name):  # a moved job's old attempt here stops first
+            from orchestrator.helper.fence import settle_on
+            from orchestrator.helper.remote import Remote
+
+            settle_on(Remote(host, transport), app.say)
         try:
             proc = transport.start(exec_argv(words, local))
         except FileNotFoundError:  # local: no such program (an SSH host's shell says so itself)

@@ -11,6 +11,7 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.jobs import logcache
+from orchestrator.state import fences
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import EndLines, final_line, one_line
 
@@ -92,6 +93,9 @@ def logs_cmd(app: App, job: str, follow: bool, tail: int | None, node: int | Non
       orch logs gpt2-lora --tail 50
     """
     record = app.registry.get(job)
+    for fence in fences.pending(app.registry.path, job_ids=[record.job_id]):  # the log is the job's, from where it lives
+        app.say(f"warning: {record.job_id} moved to {fence.moved_to}; its attempt on {fence.host} may still run "
+                f"(orch stops it at its first contact with {fence.host}); this is the log from {fence.moved_to}")
     kept = logcache.load(record.job_id, record.status()) if node is None and tail is None else None
     if kept is not None:  # an ended job's whole log, kept by an earlier read: no host, no network code loaded
         app.write(kept)

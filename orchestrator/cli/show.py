@@ -11,6 +11,7 @@ from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.logs import report_new_job
 from orchestrator.helper.remote import Remote
 from orchestrator.jobs.submit import rerun
+from orchestrator.state import fences
 from orchestrator.state.registry import SweepEntry
 from orchestrator.termtext import clean
 from orchestrator.transport.base import never
@@ -44,6 +45,7 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
         f"job:      {record.job_id} ({shown.get('status', {}).get('state')}) on {', '.join(record.hosts)}",
         *sweep_lines(entry),
         *ran_on(shown.get("moves")),
+        *left_behind(fences.of_job(app.registry.path, record.job_id)),
         f"python:   {env.get('python', '?')} ({env.get('executable', '?')})",
         f"torch:    {env.get('torch', '?')}  cuda: {env.get('cuda')}  cuda available: {env.get('cuda_available')}",
         "gpus:     " + ("; ".join(env.get("gpus") or []) or "none"),
@@ -85,6 +87,14 @@ def ran_on(moves: object) -> list[str]:
         lines.append(f"  moved {when}: {m.get('from')} → {m.get('to')} from {m.get('checkpoint') or 'no checkpoint'} "
                      f"(via {m.get('via')})")
     return lines
+
+
+def left_behind(fenced: list[fences.Fence]) -> list[str]:
+    """One line per attempt the job left on a host it moved away from: what orch did there,
+    or that it has yet to (``state/fences.py``)."""
+    return [f"  left on {f.host}: " + (f.outcome.partition(": ")[2] if f.settled is not None else
+                                       "superseded; not stopped yet (orch stops it at its first contact)")
+            for f in fenced]
 
 
 @click.command("rerun")

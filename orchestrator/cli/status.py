@@ -28,6 +28,7 @@ import click
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, row_fields, status_lines
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.state import fences
 from orchestrator.state.registry import TERMINAL, JobRecord
 from orchestrator.termtext import clean
 
@@ -39,8 +40,10 @@ _FINAL: dict[tuple[str, str], JobProgress] = {}  # (job id, state) -> final row 
 
 def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
     """Statuses: the record's own for terminal jobs; unfinished ones from their hosts (one
-    connection per host; nodes aggregated), see jobs.refresh — imported only then."""
-    if all(r.state in TERMINAL for r in records):
+    connection per host; nodes aggregated), see jobs.refresh — imported only then, or when
+    a listed job has a superseded attempt still to stop (``state/fences.py``)."""
+    if all(r.state in TERMINAL for r in records) and not fences.pending(app.registry.path,
+                                                                         job_ids=[r.job_id for r in records]):
         return {r.job_id: r.status() for r in records}
     from orchestrator.jobs import nodes as jobs
 

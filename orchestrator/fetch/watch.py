@@ -4,7 +4,8 @@ A watch is a loop of *rounds*, one every ``interval`` seconds. A round connects 
 of the job, runs the same fetch as ``orch fetch`` (same destination ``DEST/<job_id>/``, same
 selection, plus ``checkpoints/`` unless told otherwise), prunes local checkpoint folders the
 server no longer lists (unless ``keep_checkpoints``), and calls ``kit.keep`` with the
-round's connections. Contracts:
+round's connections, recording where the kit lives (``state/kits.py``: ``orch resume --on``
+finds it from any directory). Contracts:
 
 * nothing half-made under a final name: single files keep fetch's ``.part`` + sha256 + rename
   rule; a checkpoint folder is completed in a hidden sibling and renamed into place whole
@@ -42,6 +43,7 @@ from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import aggregate, nodes_of
+from orchestrator.state import kits
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import SETTLED
@@ -120,7 +122,10 @@ class Watch:
 
     def round(self) -> dict[str, Any] | None:
         """One round (raises ``HostError``/``RemoteError`` like a fetch). Returns the job's
-        status when every node's job has settled — this round was then the final fetch."""
+        status when every node's job has settled — this round was then the final fetch.
+        The job's record is read again each round: a job moved meanwhile (``orch resume
+        --on``) is watched where it lives now, never on the host it left."""
+        self.record = self.registry.get(self.record.job_id)
         hosts = nodes_of(self.record, self.inventory)
         with ExitStack() as stack:
             remotes = [Remote(h, stack.enter_context(open_transport(h, self.inventory, never))) for h in hosts]
@@ -139,6 +144,7 @@ class Watch:
             settled = bool(summary.states) and all(s in SETTLED for s in summary.states)
             status = self._status(remotes) if settled else None
             kit.keep(remotes, self.record.job_id, summary.dest, self.say)
+            kits.record(self.registry.path, self.record.job_id, summary.dest)  # found from anywhere
             if summary.ended and not summary.unwritable:  # a file this laptop cannot hold is not here
                 self._tell(remotes, summary.dest)
         return status

@@ -3,8 +3,10 @@
 Requests (``remote_payload/contract/protocol.py``) go through helper sessions: one ``serve`` process
 started through the host's login shell (so conda's PATH and the profile's variables are there,
 for the supervisor too) serves every request of this orch command; a second one is started only
-while the first is busy (a stream in progress). The payload is installed on first use (one
-extra round trip per host and orch version). A failure the helper reports becomes
+while the first is busy (a stream in progress). Before a command's first request on a host,
+the fences of jobs that moved away from it are acted on (``fence.py``). The payload is
+installed on first use (one extra round trip per host and orch version). A failure the
+helper reports becomes
 ``RemoteError`` (exit 4) naming the host and the request; a reply that does not match the
 request's row is rejected the same way, never passed on.
 """
@@ -44,6 +46,8 @@ class Remote:
         self.root_seen: str | None = None  # the expanded root, once ``hello`` reported it
         self._idle: list[Session] = []
         self._lock = threading.Lock()
+        self._fenced = False  # this host's pending fences were acted on (``fence.settle_on``)
+        self._fence_lock = threading.Lock()
 
     def argv(self, command: str = "serve") -> list[str]:
         """The helper's argv; on an SSH host through ``bash -l``."""
@@ -119,12 +123,27 @@ class Remote:
             session.close()
 
     # -- requests ------------------------------------------------------------------------
+    def _settle_fences(self) -> None:
+        """Before this command's first request here: stop and set aside the superseded
+        attempts of jobs that moved away from this host (``orchestrator/helper/fence.py``).
+        Other threads wait for it; the fence's own requests pass (the flag is set first)."""
+        if self._fenced:
+            return
+        with self._fence_lock:
+            if self._fenced:
+                return
+            self._fenced = True
+            from orchestrator.helper import fence
+
+            fence.settle_on(self)
+
     def call(self, op: str, *, timeout: float | None = 300, **args: Any) -> dict[str, Any]:
         """Run request ``op`` and return its checked reply. ``timeout``: seconds until the
         helper is stopped and ``RemoteError`` says the request did not answer."""
         if protocol.REQUESTS[op].reads or protocol.REQUESTS[op].writes:
             raise ValueError(f"{op} streams: use start() and finish()")
         checked = protocol.check_args(op, args)
+        self._settle_fences()
         session = self._take()
         late = Deadline(timeout, session)
         try:
@@ -145,6 +164,7 @@ class Remote:
     def start(self, op: str, **args: Any) -> StreamCall:
         """Start streaming request ``op`` on a session of its own until its reply."""
         checked = protocol.check_args(op, args)
+        self._settle_fences()
         session = self._take()
         try:
             session.request(op, checked)

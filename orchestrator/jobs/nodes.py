@@ -18,7 +18,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.state import reach
+from orchestrator.state import fences, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
 from orchestrator.transport.base import never
@@ -120,13 +120,21 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     Every contact is recorded (``reach``): an unfinished job on a host that has failed for
     ``ORCH_LOST_AFTER_S`` shows ``lost`` with ``reach.lost_reason`` (plus ``unreachable_since``
     and ``last_contact``) — shown only, never recorded, so it shows its real state again when
-    the host answers."""
+    the host answers.
+
+    The hosts where these jobs have superseded attempts not yet stopped (``fences``: the job
+    moved away while they did not answer) are contacted too, which stops those attempts
+    (``helper/fence.py``); one still waiting is warned about (``unfenced``) and listed in the
+    job's ``superseded_running_on``."""
     out = {r.job_id: r.status() for r in records}
     pending = [r for r in records if r.state not in TERMINAL]
     by_host: dict[str, list[str]] = defaultdict(list)
     for r in pending:
         for name in r.hosts:
             by_host[name].append(r.job_id)
+    fenced = fences.pending(registry.path, job_ids=[r.job_id for r in records])
+    for f in fenced:  # a moved job's old host is contacted too: the contact stops the superseded attempt
+        by_host.setdefault(f.host, [])
     answers: dict[tuple[str, str], dict[str, Any]] = {}
     lost: dict[str, reach.Reach] = {}
 
@@ -136,7 +144,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
         except HostError as exc:
             warn(f"warning: {str(exc).splitlines()[0]}")
             seen = reach.record(registry.path, name, ok=False, error=str(exc).splitlines()[0])
-            if reach.is_lost(seen):
+            if reach.is_lost(seen) and by_host[name]:
                 lost[name] = seen
                 warn(f"warning: {reach.unreachable(seen)}: its unfinished jobs show lost; if the instance is "
                      "gone: orch resume JOB --on OTHER_HOST")
@@ -166,7 +174,40 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
         status = job_status(r, per_node)  # type: ignore[arg-type]
         registry.update(r.job_id, status["state"], status)
         out[r.job_id] = dict(status, job_id=r.job_id)
+    for f in fences.pending(registry.path, job_ids=[f.job_id for f in fenced]):
+        warn(unfenced(f))
+        out[f.job_id] = dict(out[f.job_id])
+        out[f.job_id].setdefault("superseded_running_on", []).append(f.host)
     return out
+
+
+def unfenced(f: fences.Fence) -> str:
+    """The warning for a superseded attempt orch has not yet stopped (its host has not answered)."""
+    return (f"warning: {f.job_id} moved to {f.moved_to} at {reach.clock(f.moved_at)}, but its attempt on {f.host} "
+            f"may still run: {f.host} has not answered since; orch stops it at its first contact with {f.host}")
+
+
+def settle_fences(job_ids: list[str], inventory: Inventory, registry: Registry, say: Callable[[str], None]) -> None:
+    """Contact the hosts where ``job_ids`` have superseded attempts not yet stopped: the
+    contact stops them (``helper/fence.py``); a host that does not answer is recorded
+    (``reach``) and the attempt named (``unfenced``)."""
+    waiting = fences.pending(registry.path, job_ids=job_ids)
+
+    def contact(name: str) -> None:
+        try:
+            host = inventory.get(name)
+            with open_transport(host, inventory, never) as transport:
+                Remote(host, transport).call("status", jobs=[])
+        except HostError as exc:
+            reach.record(registry.path, name, ok=False, error=str(exc).splitlines()[0])
+        except (UsageError, RemoteError) as exc:
+            say(f"warning: {str(exc).splitlines()[0]}")
+        else:
+            reach.record(registry.path, name, ok=True)
+
+    parallel(contact, sorted({f.host for f in waiting}))
+    for f in fences.pending(registry.path, job_ids=job_ids):
+        say(unfenced(f))
 
 
 def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[str, Any]:

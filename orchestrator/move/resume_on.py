@@ -2,18 +2,22 @@
 
 The job keeps its id. What moves is ``orchestrator/fetch/kit.py``'s ``gather`` set (the code snapshot, the recorded
 spec, the latest complete checkpoint, metrics, logs, outputs), read from the job's own hosts
-or, when they cannot be reached, from the laptop's kit (``runs/<id>/.orch-job``, kept by
-``orch fetch --watch``). Bytes stream through the laptop from the source's ``send`` into the
+or, when they cannot be reached, from the laptop's kit (``<run folder>/.orch-job``, kept by
+``orch fetch --watch``, found where it recorded it: ``kit_places``). Bytes stream through the laptop from the source's ``send`` into the
 target's ``move_receive`` (never stored here); the target checks each file's sha256 before
 it takes its final name, and a cut transfer continues where it stopped when the same command
 runs again. When every file is there, ``adopt`` makes the job folder with the target's own
 job.json (planned as ``orch submit`` plans: the target's python, root, GPUs, Slurm) and starts
-it; the trainer resumes from the checkpoint. The old hosts' copies are left as they were.
+it; the trainer resumes from the checkpoint. The attempt on each host left is superseded
+(fenced, ``move``): stopped and its folder set aside there, at once or at orch's first
+contact with that host. A host that does not answer is left only once it is lost, or with
+``--force`` (``gone_for_long``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,6 +27,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.fetch import kit as movekit
+from orchestrator.helper import fence
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs.nodes import parallel
@@ -31,6 +36,7 @@ from orchestrator.move import direct as movedirect
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan
 from orchestrator.spec.load import parse_spec
+from orchestrator.state import fences, kits, reach
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.sync import selection
 from orchestrator.transport.base import never
@@ -123,10 +129,51 @@ class KitSource(Source):
         yield b'{"end": true}\n'
 
 
-def open_source(record: JobRecord, inventory: Inventory, runs: Path, stack: ExitStack, say: Say) -> Source:
+def kit_places(record: JobRecord, registry: Registry, runs: Path | None) -> list[tuple[Path, str]]:
+    """Where to look for the job's laptop copy, in order, each with why: ``--from`` alone when
+    given; else where ``orch fetch --watch`` recorded it (``state/kits.py``), then ``./runs``."""
+    if runs is not None:
+        return [((runs / record.job_id).resolve(), "--from")]
+    places = []
+    recorded = kits.recorded(registry.path, record.job_id)
+    if recorded is not None:
+        places.append((recorded, "where orch fetch --watch kept it"))
+    here = (Path("runs") / record.job_id).resolve()
+    if here not in [p for p, _ in places]:
+        places.append((here, "./runs"))
+    return places
+
+
+def gone_for_long(unreachable: dict[str, reach.Reach], job_id: str, force: bool, say: Say) -> None:
+    """A move away from hosts that do not answer: allowed once each has failed for
+    ``ORCH_LOST_AFTER_S`` (the job shows ``lost``), or now with ``force`` (warned: the job may
+    run on both hosts until orch reaches the old one, which then stops it). ``HostError``
+    otherwise, saying how long until it is allowed and what ``--force`` risks."""
+    after = reach.lost_after_s()
+    for name, seen in unreachable.items():
+        if reach.is_lost(seen):
+            continue
+        failing = (seen.last_failure or 0) - (seen.failing_since or 0)
+        risk = (f"if {name} is only cut off, {job_id} may still run there, and then runs on both hosts until orch "
+                f"reaches {name} again (orch then stops the attempt there)")
+        if force:
+            say(f"warning: --force: moving {job_id} away from {name}, which has not answered for "
+                f"{reach.span(failing)}: {risk}")
+            continue
+        raise HostError(
+            f"{reach.unreachable(seen)}: {job_id} may still run there. A move away from a host that does not answer "
+            f"waits until it has failed for {reach.span(after)} (ORCH_LOST_AFTER_S; orch status then shows the job "
+            f"lost): run this again in {reach.span(math.ceil(after - failing))}. --force moves it now, at a risk: {risk}")
+
+
+def open_source(record: JobRecord, inventory: Inventory, registry: Registry, runs: Path | None, stack: ExitStack,
+                say: Say, force: bool = False) -> Source:
     """The job's hosts when they answer (a node that does not is left out, named); the kit
-    when none does; ``HostError`` naming what was tried when neither is there."""
+    when none does; ``HostError`` naming what was tried when neither is there. Every contact
+    is recorded (``reach``); a host that does not answer must be lost (or ``force``):
+    ``gone_for_long``."""
     errors: list[str] = []
+    unreachable: dict[str, reach.Reach] = {}
 
     def connect(name: str) -> Remote | None:
         host = inventory.get(name)
@@ -134,21 +181,35 @@ def open_source(record: JobRecord, inventory: Inventory, runs: Path, stack: Exit
             transport = open_transport(host, inventory, never)
         except (HostError, UsageError) as exc:
             errors.append(str(exc).splitlines()[0])
+            if isinstance(exc, HostError):
+                unreachable[name] = reach.record(registry.path, name, ok=False, error=errors[-1])
             return None
+        reach.record(registry.path, name, ok=True)
         stack.enter_context(transport)
         return Remote(host, transport)
 
     remotes = parallel(connect, record.hosts)
     if any(r is not None for r in remotes):
+        gone_for_long(unreachable, record.job_id, force, say)
         for name, remote in zip(record.hosts, remotes):
             if remote is None:
                 say(f"warning: {name} does not answer: its own logs stay behind")
         return HostSource(record, remotes)
-    run_dir = runs / record.job_id
-    kit = movekit.read_kit(run_dir)
-    if kit is None:
-        raise HostError("; ".join(errors) + f". No laptop copy at {movekit.kit_dir(run_dir)} either (orch fetch "
-                        f"{record.job_id} --watch keeps one while the job runs): there is nothing to move the job from")
+    places = kit_places(record, registry, runs)
+    found = next(((p, movekit.read_kit(p)) for p, _ in places if movekit.read_kit(p) is not None), None)
+    if found is None:
+        looked = ", ".join(f"{movekit.kit_dir(p)} ({why})" for p, why in places)
+        raise HostError("; ".join(errors) + f". No laptop copy of {record.job_id} either: looked in {looked}. orch "
+                        f"fetch {record.job_id} --watch keeps one while the job runs: there is nothing to move the "
+                        "job from")
+    run_dir, kit = found
+    made_on = kit.get("hosts")
+    if isinstance(made_on, list) and made_on != record.hosts:
+        raise UsageError(f"the laptop's copy in {run_dir} was made on {', '.join(map(str, made_on))}, before "
+                         f"{record.job_id} moved to {', '.join(record.hosts)}: that attempt is superseded and its "
+                         "files are not the job's; the job's own hosts do not answer, so there is nothing to move "
+                         "it from")
+    gone_for_long(unreachable, record.job_id, force, say)
     say(f"{', '.join(record.hosts)} cannot be reached ({errors[0]}): moving from {run_dir}")
     return KitSource(run_dir, kit)
 
@@ -201,11 +262,17 @@ def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dic
     return need
 
 
-def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Registry, *, runs: Path, say: Say,
-         trust: Callable[[str], bool] = never, direct: bool | None = None) -> Plan:
+def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Registry, *, runs: Path | None, say: Say,
+         trust: Callable[[str], bool] = never, direct: bool | None = None, force: bool = False) -> Plan:
     """Move the job to the hosts named ``on`` (one per node it ran on) and start it there.
     ``direct``: True lets each target pull from the source itself where it can reach it
-    over SSH, False never, None asks at a terminal (``movedirect.choose``)."""
+    over SSH, False never, None asks at a terminal (``movedirect.choose``). ``runs``: the
+    ``--from`` folder (None: where the kit was recorded, then ./runs). ``force``: move away
+    from hosts that do not answer before they count as lost (``gone_for_long``).
+
+    The hosts left are fenced with the job's new place, in one registry transaction: the
+    attempt on each is superseded. Those that answered are fenced at once (the old folder set
+    aside); the others at orch's first contact with them (``orchestrator/helper/fence.py``)."""
     if len(on) != len(record.hosts):
         raise UsageError(f"{record.job_id} ran on {len(record.hosts)} node(s) ({', '.join(record.hosts)}): give "
                          f"--on once per node")
@@ -214,7 +281,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
                          f"--on names other hosts (to restart it where it is: orch resume {record.job_id})")
     targets: list[Host] = [inventory.get(name) for name in on]
     with ExitStack() as stack:
-        source = open_source(record, inventory, runs, stack, say)
+        source = open_source(record, inventory, registry, runs, stack, say, force)
         gathered = source.gathered()
         if isinstance(source, HostSource) and gathered.state in ACTIVE:  # a kit's state is from its last watch
             raise UsageError(f"{record.job_id} is {gathered.state} on {source.name}: stop it first (orch cancel "
@@ -224,6 +291,10 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
         remotes = connect_all(targets, inventory, trust, stack)
         project = selection.project_name(loaded.workspace_dir)
         hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
+        unfenced = [f.host for f in fences.pending(registry.path, job_ids=[record.job_id]) if f.host in on]
+        if unfenced:  # the first contact above could not set the old attempt there aside
+            raise RemoteError(f"{record.job_id}'s superseded attempt on {', '.join(unfenced)} is not stopped yet "
+                              "(see the warning above): the job cannot move back there until it is")
         plan, warnings = checked_plan(loaded, project, remotes, hellos, record.job_id)
         warnings += [f"the job reads {o.get('field')} from {o.get('path')} outside its folder: a move cannot carry it; "
                      f"provide it at the same path on {', '.join(on)}" for o in gathered.outside]
@@ -259,10 +330,28 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
                 {"path": f["path"], "sha256": f["sha256"]} for f in per_node[i]])
 
         replies = parallel(adopt, range(len(remotes)))
-        registry.move(record.job_id, on, plan.job_dir, slurmcheck.log_nodes(plan))
+        registry.move(record.job_id, on, plan.job_dir, slurmcheck.log_nodes(plan),
+                      superseded=[(name, record.job_dir) for name in record.hosts])
         elapsed = time.monotonic() - started
         say(f"moved {record.job_id} to {', '.join(on)} ({sent / 2**20:.1f} MB in {elapsed:.1f} s)"
-            + (f": Slurm job {replies[0]['slurm_job']}" if replies[0].get("slurm_job") else "")
-            + f"; the copy on {', '.join(record.hosts)} is left as it was")
+            + (f": Slurm job {replies[0]['slurm_job']}" if replies[0].get("slurm_job") else ""))
+        fence_old(source, record, say)
         return plan
+
+
+def fence_old(source: Source, record: JobRecord, say: Say) -> None:
+    """Act now on the fences of the hosts left that answered (their folders set aside); name
+    those that did not, and when orch will act on them."""
+    reached = {r.host.name: r for r in source.remotes if r is not None} if isinstance(source, HostSource) else {}
+    for name in record.hosts:
+        remote = reached.get(name)
+        if remote is not None:
+            try:
+                fence.settle_on(remote, say)
+                continue
+            except HostError as exc:
+                say(f"warning: {str(exc).splitlines()[0]}")
+        say(f"warning: {record.job_id}'s attempt on {name} is superseded, but {name} does not answer: orch stops "
+            f"it at its first contact with {name} (any orch command that reaches it) and never reads its files as "
+            "the job's")
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home
+from orchestrator.state import fences
 from remote_payload.contract import protocol
 
 TERMINAL = protocol.TERMINAL  # a job never leaves these states by itself
@@ -242,11 +243,15 @@ class Registry:
                 (state, json.dumps(detail), time.time(), job_id),
             )
 
-    def move(self, job_id: str, hosts: list[str], job_dir: str, detail: dict[str, Any]) -> None:
-        """The job now lives on ``hosts`` in ``job_dir`` (``orch resume --on``), pending there."""
+    def move(self, job_id: str, hosts: list[str], job_dir: str, detail: dict[str, Any],
+             superseded: list[tuple[str, str]] | None = None) -> None:
+        """The job now lives on ``hosts`` in ``job_dir`` (``orch resume --on``), pending there;
+        in the same transaction its attempts on ``superseded`` ((host, folder) pairs: the hosts
+        it left) are fenced (``fences.add``): durable before anything else happens."""
         with closing(self._connect()) as db, db:
             db.execute("UPDATE jobs SET hosts=?, job_dir=?, state=?, detail=?, updated=? WHERE job_id=?",
                        (json.dumps(hosts), job_dir, "pending", json.dumps(detail), time.time(), job_id))
+            fences.add(db, job_id, superseded or [], hosts)
 
     def record_final(self, job_id: str, state: str, row: dict[str, Any]) -> bool:
         """Keep ``row`` (JSON-able) as the final status row of a job recorded as terminal

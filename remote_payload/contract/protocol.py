@@ -165,6 +165,10 @@ REQUESTS: Dict[str, Request] = {
     "adopt": Request({"request": (dict, REQUIRED), "files": (list, REQUIRED), "moved": (dict, REQUIRED)},
                      {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT), "job_dir": (str, OPT),
                       "slurm_job": (str, OPT)}, locked=True, statuses="status"),
+    # the old host of a moved job (state/fences.py): stop the superseded attempt, set its folder aside
+    "fence": Request({"job": (str, REQUIRED), "moved_to": (str, REQUIRED)},
+                     {"found": (bool, REQUIRED), "state": (str, REQUIRED), "stopped": (bool, REQUIRED),
+                      "kept": ((str, NONE), REQUIRED)}, locked=True),
 }
 
 

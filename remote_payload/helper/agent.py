@@ -228,6 +228,33 @@ class Agent:
             st = self.probe(job_id)
         return st
 
+    def fence(self, job_id: str, moved_to: str) -> Dict[str, Any]:
+        """The job moved to ``moved_to``: the attempt here is superseded. Stop it as ``cancel``
+        does (SIGTERM, the job's grace, SIGKILL to its whole recorded tree; Slurm: scancel),
+        wait for its supervisor to end, then set its folder aside (``movejob.set_aside``) so no
+        request reads it as the job's again. ``found``: there was a folder; ``state``: what the
+        attempt was before; ``stopped``: it was live and has been stopped; ``kept``: where the
+        folder is now. Idempotent: a second fence finds nothing."""
+        d = self.job_dir(job_id)
+        if not os.path.isdir(d):
+            return {"found": False, "state": UNKNOWN, "stopped": False, "kept": None}
+        before = self.probe(job_id)
+        live = before["state"] not in TERMINAL + (LOST, UNKNOWN) or bool(before.get("unsupervised"))
+        if live:
+            grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
+            st = self.cancel(job_id, grace)
+            processes.stop(survivors_of(st), 1.0)  # nothing of the old attempt may run on
+        st = read_status(os.path.join(d, "status.json")) or {}
+        local = self.slurm_job(d) is None  # a Slurm job's processes are Slurm's (cancel scancelled them)
+        deadline = time.time() + FINISHING_S  # its supervisor still writes its records: let it end
+        while local and pid_alive(int(st.get("supervisor_pid") or 0), "supervisor") and time.time() < deadline:
+            time.sleep(0.1)
+        if local and (survivors_of(st) or pid_alive(int(st.get("supervisor_pid") or 0), "supervisor")):
+            raise AgentError("job %s: processes of the superseded attempt do not stop; its folder is left in place"
+                             % job_id)
+        kept = movejob.set_aside(self.root, job_id, d, moved_to, str(before["state"]))
+        return {"found": kept is not None, "state": str(before["state"]), "stopped": live, "kept": kept}
+
     def resume(self, job_id: str, whole_job: bool = False) -> Dict[str, Any]:
         """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
         multi-node job, so a node that had succeeded restarts too."""

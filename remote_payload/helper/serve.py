@@ -172,6 +172,7 @@ HANDLERS: Dict[str, Handler] = {
         agent.root, agent.job_id(a["job"]), a["key"], a["address"], a["port"], a["user"], a["host_key"], a["command"],
         a["files"], a["requests"]),
     "adopt": lambda agent, a, inp, out: agent.adopt(a["request"], a["files"], a["moved"]),
+    "fence": lambda agent, a, inp, out: agent.fence(a["job"], a["moved_to"]),
     "queue": lambda agent, a, inp, out: gpuqueue.view(agent.root),
 }
 assert set(HANDLERS) == set(protocol.REQUESTS), "every request has exactly one handler"

@@ -284,3 +284,35 @@ def adopt(root: str, job_id: str, final: str, expected: List[Dict[str, Any]], jo
 
 def discard(root: str, job_id: str) -> None:
     shutil.rmtree(stage_dir(root, job_id), ignore_errors=True)
+
+
+# -- the old host, after the job moved away -------------------------------------------------
+SUPERSEDED_DIR = ".superseded"
+SUPERSEDED = "superseded.json"
+
+
+def set_aside(root: str, job_id: str, job_dir: str, moved_to: str, before: str) -> Optional[str]:
+    """A superseded attempt's folder (its processes already stopped) leaves ``jobs/<id>``:
+    ``superseded.json`` says where the job went, then the folder is renamed to
+    ``jobs/.superseded/<id>-<utc time>`` — a name no request reaches (job ids never start
+    with a dot), so nothing ever reads it as the job's again. Returns the new path, or None
+    when ``job_dir`` is not there (another orch set it aside first)."""
+    if not os.path.isdir(job_dir):
+        return None
+    atomic_write_json(os.path.join(job_dir, SUPERSEDED), {
+        "job_id": job_id, "moved_to": moved_to, "state_before": before, "at": time.time(),
+        "note": "orch moved this job to %s; this folder is an earlier attempt, kept for you to read or remove"
+                % moved_to})
+    aside = os.path.join(root, "jobs", SUPERSEDED_DIR)
+    os.makedirs(aside, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = os.path.join(aside, "%s-%s" % (job_id, stamp))
+    n = 1
+    while os.path.exists(target):
+        n += 1
+        target = os.path.join(aside, "%s-%s-%d" % (job_id, stamp, n))
+    try:
+        os.rename(job_dir, target)
+    except FileNotFoundError:
+        return None
+    return target

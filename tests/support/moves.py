@@ -69,3 +69,11 @@ def assert_same_run(orch: Orch, ref: str, job: str) -> None:
     a, b = adapter(orch.cwd / "runs" / ref), adapter(orch.cwd / "runs" / job)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert steps_logged(orch.cwd / "runs" / job) == list(range(1, 13))
+
+
+def superseded(jobs: Path, job_id: str) -> Path:
+    """The one folder a moved job's earlier attempt was set aside as, under a host's ``jobs/``
+    (``.superseded/<id>-<time>/``, with its ``superseded.json``)."""
+    found = sorted((jobs / ".superseded").glob(f"{job_id}-*"))
+    assert len(found) == 1 and (found[0] / "superseded.json").is_file(), found
+    return found[0]

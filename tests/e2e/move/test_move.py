@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.moves import assert_same_run, reference_and_stopped
+from tests.support.moves import assert_same_run, reference_and_stopped, superseded
 from tests.support.orch import Orch
 
 
@@ -22,10 +22,13 @@ def test_a_moved_run_ends_bit_identical_to_an_uninterrupted_one(orch: Orch, box2
     assert status["state"] == "succeeded" and status["hosts"] == ["box2"]
     new_dir = orch.remote_root / "box2" / "jobs" / job
     assert Path(status["job_dir"]) == new_dir and (new_dir / "moves.json").is_file()
-    assert json.loads((old_dir / "status.json").read_text())["state"] == "cancelled"  # the old copy, untouched
-    assert (old_dir / "checkpoints" / f"step-{stopped_at}" / "COMPLETE").is_file()
+    assert not old_dir.exists()  # the attempt left behind is set aside, never read as the job's again
+    aside = superseded(old_dir.parent, job)
+    assert json.loads((aside / "status.json").read_text())["state"] == "cancelled"  # kept as it was
+    assert (aside / "checkpoints" / f"step-{stopped_at}" / "COMPLETE").is_file()
+    assert f"{job}: its earlier folder on local (cancelled) is set aside as {aside}" in out.stderr
     shown = orch("show", job).stdout
-    assert "local → box2" in shown
+    assert "local → box2" in shown and "left on local: its earlier folder on local (cancelled) is set aside" in shown
 
     assert_same_run(orch, ref, job)  # history moved: each step once
 

@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.support.moves import wait_for
+from tests.support.moves import superseded, wait_for
 from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
 
@@ -65,6 +65,7 @@ def test_an_own_script_moves_with_its_files_through_a_cut_link(orch: Orch, flaky
     assert copied and float(copied[0].split(", ")[1].split(" MB")[0]) < 6.0  # only what had not arrived
     assert f"starting at {stopped} on flaky" in again.stdout
     new_dir = orch.remote_root / "jobs" / job
+    old_dir = superseded(old_dir.parent, job)  # the attempt left behind, set aside
     assert (new_dir / "code" / "outputs" / "done.txt").read_text() == "40"
     assert sha(new_dir / "code" / "outputs" / "blob.bin") == sha(old_dir / "code" / "outputs" / "blob.bin")
     assert sha(new_dir / "code" / "count.py") == sha(old_dir / "code" / "count.py")
@@ -91,6 +92,7 @@ def test_a_direct_copy_between_servers_asks_first_and_leaves_no_key(orch: Orch, 
     out = orch("resume", job, "--on", box2, "--direct", "--follow", timeout=300)
     assert re.search(rf"{box2}: copying \d+ file\(s\), [\d.]+ MB directly from {box}\n", out.stderr), out.stderr
     new_dir = orch.remote_root / "box2" / "jobs" / job
+    old_dir = superseded(old_dir.parent, job)
     assert (new_dir / "code" / "outputs" / "done.txt").read_text() == "40"
     assert sha(new_dir / "code" / "outputs" / "blob.bin") == sha(old_dir / "code" / "outputs" / "blob.bin")
     after = authorized.read_text() if authorized.exists() else ""

@@ -1,0 +1,118 @@
+"""AutoDL provider hosts through the CLI against the stand-in: power on until SSH answers, a new
+port and password on every power cycle, power off, out of stock, a wrong token, a moved host key."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.support.orch import Orch
+from tests.support.standin.autodl import AutoDLStandin
+
+TOKEN_ENV = "ORCH_TEST_AUTODL_TOKEN"
+
+
+def admin(standin: AutoDLStandin, action: str, **args: Any) -> dict[str, Any]:
+    req = urllib.request.Request(f"{standin.url}/standin/{action}", data=json.dumps(args).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def add(orch: Orch, standin: AutoDLStandin, name: str, index: int) -> str:
+    uuid = list(standin.boxes)[index]
+    orch("hosts", "add", name, "--provider", "autodl", "--instance", uuid, "--token-env", TOKEN_ENV,
+         "--api-url", standin.url, "--python", "/usr/bin/python3")  # the venv is root's only
+    return uuid
+
+
+@pytest.fixture
+def token(orch: Orch, autodl: AutoDLStandin) -> str:
+    orch.env[TOKEN_ENV] = autodl.token
+    return autodl.token
+
+
+def secrets_absent(orch: Orch, words: list[str], *outputs: str) -> None:
+    for path in orch.home.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for word in words:
+                assert word.encode() not in data, f"{word[:4]}... found in {path}"
+    for text in outputs:
+        for word in words:
+            assert word not in text
+
+
+def test_up_runs_on_the_new_port_and_password_after_every_power_cycle_and_down_stops_billing(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    uuid = add(orch, autodl, "a1", 0)
+    box = autodl.boxes[uuid]
+    listed = {h["name"]: h for h in orch.json("hosts", "ls")}
+    assert listed["a1"]["provider"]["state"] == "shutdown"
+    assert listed["a1"]["provider"]["price_per_hour"] == 1.98
+    assert 14.9 < listed["a1"]["provider"]["release_in_days"] <= 15.0
+    assert "auth" not in listed["a1"] and token not in json.dumps(listed)
+
+    up = orch("up", "a1", "--trust")
+    assert "powering on autodl instance" in up.stderr and "1.98 CNY/h" in up.stderr
+    assert f"SSH answers at {box.user}@127.0.0.1:{box.port}" in up.stderr
+    first = (box.port, box.password)
+    assert orch("exec", "a1", "--", "whoami").stdout.strip() == box.user
+    outputs = [up.stdout + up.stderr]
+
+    down = orch("down", "a1")
+    assert box.status == "shutdown" and "a1: off" in down.stderr
+    billed = autodl.ledger()[uuid]
+    assert billed > 0
+    off = orch("exec", "a1", "--", "true", check=3)
+    assert "is shutdown; power it on with `orch up a1`" in off.stderr
+
+    again = orch("up", "a1")  # the pinned key is checked; the new port and password just work
+    assert (box.port, box.password) != first
+    assert orch("exec", "a1", "--", "whoami").stdout.strip() == box.user
+    outputs += [again.stdout + again.stderr, down.stderr]
+    orch("down", "a1")
+    assert autodl.ledger()[uuid] > billed and box.sshd is None
+    secrets_absent(orch, [token, first[1], box.password], *outputs)
+
+
+def test_out_of_stock_is_retried_with_a_bounded_backoff_then_given_up_clearly(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    add(orch, autodl, "a2", 1)
+    orch.env.update(ORCH_STOCK_TRIES="3", ORCH_STOCK_DELAY_S="0.2")
+    admin(autodl, "stock", refusals=5)
+    gave_up = orch("up", "a2", "--trust", check=4)
+    assert gave_up.stderr.count("out of stock") >= 2 and "trying again in 0.2 s (1/3)" in gave_up.stderr
+    assert "error: autodl power_on: GPU 库存不足" in gave_up.stderr and "tried 3 times" in gave_up.stderr
+    admin(autodl, "stock", refusals=1)
+    ok = orch("up", "a2", "--trust")
+    assert "trying again" in ok.stderr and "SSH answers" in ok.stderr
+    orch("down", "a2")
+
+
+def test_a_wrong_token_exits_3_with_the_providers_words_and_a_missing_one_exits_2(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    add(orch, autodl, "a3", 0)
+    wrong = orch("up", "a3", env={TOKEN_ENV: "not-the-token"}, check=3)
+    assert "error: autodl status: the token was refused (HTTP 401): token is invalid or expired" in wrong.stderr
+    assert "not-the-token" not in wrong.stderr
+    unset = orch("exec", "a3", "--", "true", env={TOKEN_ENV: ""}, check=2)
+    assert f"${TOKEN_ENV} is not set" in unset.stderr
+    listed = orch("hosts", "ls", env={TOKEN_ENV: "not-the-token"})
+    assert "token was refused" in listed.stderr and "a3" in listed.stdout
+
+
+def test_a_host_key_changed_by_a_reschedule_is_refused_with_both_fingerprints_and_the_fix(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    uuid = add(orch, autodl, "a4", 0)
+    orch("up", "a4", "--trust")
+    orch("down", "a4")
+    admin(autodl, "move", instance_uuid=uuid)
+    moved = orch("up", "a4", check=3)
+    assert "DIFFERENT host key" in moved.stderr and moved.stderr.count("SHA256:") >= 2
+    assert "orch hosts trust a4 --replace" in moved.stderr
+    orch("hosts", "trust", "a4", "--replace")
+    assert orch("exec", "a4", "--", "whoami").stdout.strip() == autodl.boxes[uuid].user
+    orch("down", "a4")

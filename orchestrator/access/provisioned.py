@@ -86,7 +86,8 @@ def bring_down(host: Host, say: Callable[[str], None]) -> None:
     if state == "off":
         say(f"{host.name}: already off")
         return
-    provider.power_off(instance)
+    if state != "stopping":  # powering itself off already (on_finish from inside the box)
+        provider.power_off(instance)
     deadline = time.monotonic() + up_timeout_s()
     while state != "off":
         if time.monotonic() > deadline:

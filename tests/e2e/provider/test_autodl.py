@@ -116,3 +116,58 @@ def test_a_host_key_changed_by_a_reschedule_is_refused_with_both_fingerprints_an
     orch("hosts", "trust", "a4", "--replace")
     assert orch("exec", "a4", "--", "whoami").stdout.strip() == autodl.boxes[uuid].user
     orch("down", "a4")
+
+
+def inside_shutdown(standin: AutoDLStandin, uuid: str) -> str:
+    """The job's shutdown_command: the box powering itself off, as `shutdown` does inside AutoDL."""
+    body = json.dumps({"instance_uuid": uuid})
+    code = (f"import urllib.request as u; u.urlopen(u.Request({standin.url + '/standin/inside_shutdown'!r}, "
+            f"data={body.encode()!r}), timeout=10)")
+    return json.dumps(["python3", "-c", code])
+
+
+def test_submit_to_a_powered_off_instance_powers_it_on_runs_and_on_finish_powers_it_off(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    uuid = add(orch, autodl, "a5", 1)
+    box = autodl.boxes[uuid]
+    orch("up", "a5", "--trust")
+    orch("down", "a5")
+    ws = orch.cwd / "ws"
+    ws.mkdir()
+    (ws / "hello.py").write_text("import os, pathlib\np = pathlib.Path('outputs'); p.mkdir(exist_ok=True)\n"
+                                 "(p / 'who.txt').write_text(os.environ['USER'] if 'USER' in os.environ else 'x')\n"
+                                 "print('hello from the box')\n")
+    spec = orch.cwd / "job.yaml"
+    spec.write_text(f"name: rented\nhosts: [a5]\nworkspace: {{path: ws}}\n"
+                    f"launch: {{nproc_per_node: 1, command: python3 hello.py}}\n"
+                    f"outputs: [outputs/]\n"
+                    f"on_finish: {{power_off: true, shutdown_command: {inside_shutdown(autodl, uuid)}}}\n")
+
+    asked = orch("submit", "job.yaml", check=2)  # no terminal, no --yes: nothing is powered on
+    assert "a5 is off (autodl instance" in asked.stderr and "1.98 CNY/h" in asked.stderr
+    assert "orch submit job.yaml --yes" in asked.stderr and box.status == "shutdown"
+    dry = orch("submit", "job.yaml", "--dry-run")
+    assert "would power on a5" in dry.stderr and box.status == "shutdown"
+
+    first = orch("submit", "job.yaml", "--yes", "--follow")
+    assert "a5: powering on autodl instance" in first.stderr and "1.98 CNY/h" in first.stderr and "hello from the box" in first.stdout
+    job = first.stdout.strip().splitlines()[-1]
+    port = box.port
+    orch("fetch", job)  # the supervisor powers the box off once the outputs were fetched
+    wait_for(lambda: box.status == "shutdown", 60)
+    billed = autodl.ledger()[uuid]
+
+    second = orch("submit", "job.yaml", "--yes", "--follow", "--watch", "--watch-interval", "0.5")
+    assert "hello from the box" in second.stdout and box.port != port
+    assert "on_finish.power_off: powering a5 off" in second.stderr and "a5: off" in second.stderr
+    assert box.status == "shutdown" and autodl.ledger()[uuid] > billed
+    secrets_absent(orch, [token, box.password], first.stdout + first.stderr, second.stdout + second.stderr)
+
+
+def wait_for(check: Any, timeout: float) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while not check():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.3)

@@ -13,7 +13,10 @@ box powering itself off, as ``shutdown`` inside an AutoDL instance does).
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import secrets
+import signal
 import threading
 import time
 import urllib.parse
@@ -43,6 +46,19 @@ class Box:
     move: bool = False
     powered_on: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def end_processes_of(user: str) -> None:
+    """SIGKILL every process running as ``user`` (an instance's own login user, which only the
+    stand-in's sshd starts processes for): what powering a box off does to them."""
+    uid = pwd.getpwnam(user).pw_uid
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
 
 
 class AutoDLStandin:
@@ -213,6 +229,7 @@ class AutoDLStandin:
             if box.sshd is not None:
                 box.sshd.stop()
                 box.sshd = None
+            end_processes_of(box.user)  # a power-off ends every process of the box
             if box.since is not None:
                 box.billed_s += time.time() - box.since
                 box.since = None

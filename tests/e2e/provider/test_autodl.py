@@ -35,7 +35,8 @@ def token(orch: Orch, autodl: AutoDLStandin) -> str:
 
 
 def secrets_absent(orch: Orch, words: list[str], *outputs: str) -> None:
-    for path in orch.home.rglob("*"):
+    """No token or password in ORCH_HOME, the laptop's folder (runs/ fetched there) or output."""
+    for path in [*orch.home.rglob("*"), *orch.cwd.rglob("*")]:
         if path.is_file():
             data = path.read_bytes()
             for word in words:

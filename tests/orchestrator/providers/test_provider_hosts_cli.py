@@ -38,3 +38,12 @@ def test_the_entry_holds_the_token_variables_name_never_the_token(orch: Orch) ->
     assert "the autodl token variable $MY_TOKEN is not set" in unset.stderr
     plain = orch("up", "local", check=2)
     assert "local is not a provider host" in plain.stderr
+
+
+def test_ssh_config_leaves_a_provider_host_out_and_orch_ssh_says_why(orch: Orch) -> None:
+    orch("hosts", "add", "p3", "--provider", "autodl", "--instance", "abc-123", "--token-env", "MY_TOKEN")
+    orch("hosts", "add", "plain", "--ssh", "ssh -p 2222 root@203.0.113.7")
+    block = orch("ssh-config").stdout
+    assert "Host orch-plain" in block and "orch-p3" not in block
+    refused = orch("ssh", "p3", check=2)
+    assert "p3 is a provider host" in refused.stderr and "orch exec p3 -- CMD" in refused.stderr

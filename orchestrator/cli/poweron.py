@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.access.provisioned import bring_down, bring_up, describe
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App
-from orchestrator.cli.provision import login
+from orchestrator.cli.provision import login, remember_price
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.providers.open import provider_of
@@ -51,6 +51,7 @@ def power_on_first(app: App, loaded: LoadedSpec, spec_file: Path, yes: bool, dry
         if not answer:
             raise UsageError(f"{host.name} is off and stays off: nothing was submitted")
         bring_up(host, app.say, login(app, trust=False))
+        remember_price(app, host)
     return True
 
 

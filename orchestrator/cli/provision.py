@@ -11,6 +11,7 @@ from orchestrator.access.provisioned import bring_down, bring_up
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
+from orchestrator.providers.open import provider_of
 
 
 def provider_host(app: App, name: str) -> Host:
@@ -37,6 +38,15 @@ def login(app: App, trust: bool) -> Callable[[Host], None]:
     return run
 
 
+def remember_price(app: App, host: Host) -> None:
+    """The price per hour the provider reports, kept in the entry so that `orch status`'s
+    COST uses it (a price is no secret); nothing changes when it reports none."""
+    assert host.provider is not None
+    price = provider_of(host).instance(host.provider.instance).price_per_hour
+    if price is not None and price != host.price_per_hour:
+        app.inventory.save(app.inventory.get(host.name).model_copy(update={"price_per_hour": price}))
+
+
 @click.command("up")
 @click.argument("name")
 @click.option("--trust", is_flag=True, help="Pin the host key the box offers when none is pinned yet.")
@@ -50,6 +60,7 @@ def up_cmd(app: App, name: str, trust: bool) -> None:
     """
     host = provider_host(app, name)
     live = bring_up(host, app.say, login(app, trust))
+    remember_price(app, host)
     app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}")
 
 

@@ -60,6 +60,8 @@ def test_up_runs_on_the_new_port_and_password_after_every_power_cycle_and_down_s
     assert "powering on autodl instance" in up.stderr and "1.98 CNY/h" in up.stderr
     assert f"SSH answers at {box.user}@127.0.0.1:{box.port}" in up.stderr
     first = (box.port, box.password)
+    entry = json.loads((orch.home / "hosts" / "a1.json").read_text())
+    assert entry["price_per_hour"] == 1.98  # the provider's price: orch status's COST uses it
     assert orch("exec", "a1", "--", "whoami").stdout.strip() == box.user
     outputs = [up.stdout + up.stderr]
 
@@ -103,6 +105,18 @@ def test_a_wrong_token_exits_3_with_the_providers_words_and_a_missing_one_exits_
     assert f"${TOKEN_ENV} is not set" in unset.stderr
     listed = orch("hosts", "ls", env={TOKEN_ENV: "not-the-token"})
     assert "token was refused" in listed.stderr and "a3" in listed.stdout
+
+
+def test_hosts_check_warns_when_a_powered_off_instance_is_released_within_3_days(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    uuid = add(orch, autodl, "a6", 0)
+    admin(autodl, "stopped", instance_uuid=uuid, days_ago=13)
+    check = orch("hosts", "check", "a6")
+    assert "a6: autodl instance" in check.stderr and "is shutdown, 1.98 CNY/h" in check.stderr
+    assert "releases this powered-off instance in 2.0 days" in check.stderr and "orch up a6" in check.stderr
+    assert "in 2.0 d" in orch("hosts", "ls").stdout
+    admin(autodl, "stopped", instance_uuid=uuid, days_ago=5)
+    assert "releases" not in orch("hosts", "check", "a6").stderr
 
 
 def test_a_host_key_changed_by_a_reschedule_is_refused_with_both_fingerprints_and_the_fix(

@@ -1,4 +1,5 @@
-"""``orch up`` / ``orch down``: power a provider host on (until SSH answers) or off."""
+"""``orch up`` / ``orch down`` / ``orch release``: power a provider host on (until SSH answers)
+or off, or give its instance back."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 
 from orchestrator.access.connect import ask_on_tty, open_transport
 from orchestrator.access.provisioned import bring_down, bring_up
+from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
@@ -79,4 +81,34 @@ def down_cmd(app: App, name: str) -> None:
     app.say(f"{name}: off")
 
 
-COMMANDS = [up_cmd, down_cmd]
+@click.command("release")
+@click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts).")
+@pass_app
+def release_cmd(app: App, name: str, yes: bool) -> None:
+    """Give a provider host's instance back for good (AutoDL: a powered-off one; its disk is
+    deleted) and remove the host entry. Asks first; --yes for scripts.
+
+    \b
+    Example:
+      orch down a100 && orch release a100
+    """
+    host = provider_host(app, name)
+    assert host.provider is not None
+    provider, instance = provider_of(host), host.provider.instance
+    state, status = provider.state(instance)
+    if state != "off":
+        raise UsageError(f"{name}: the {provider.name} instance {instance} is {status or state}; "
+                         f"power it off first: orch down {name}")
+    answer = yes or confirm(f"Release {provider.name} instance {instance} ({name})? Its disks are deleted.",
+                            default=False)
+    if answer is None:
+        raise UsageError(f"releasing deletes the instance and its disks: orch release {name} --yes")
+    if not answer:
+        raise UsageError(f"{name} was not released")
+    provider.release(instance)
+    app.inventory.remove(name)
+    app.say(f"{name}: {provider.name} instance {instance} released; the host entry is removed")
+
+
+COMMANDS = [up_cmd, down_cmd, release_cmd]

@@ -186,3 +186,25 @@ def wait_for(check: Any, timeout: float) -> None:
     while not check():
         assert time.time() < deadline, "timed out"
         time.sleep(0.3)
+
+
+def test_release_asks_refuses_a_running_instance_and_leaves_nothing_billing(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    """Last in the module: it gives back the second instance."""
+    uuid = add(orch, autodl, "a7", 1)
+    box = autodl.boxes[uuid]
+    orch("up", "a7", "--trust")
+    on = orch("release", "a7", "--yes", check=2)
+    assert "is running; power it off first: orch down a7" in on.stderr and box.status == "running"
+    orch("down", "a7")
+    asked = orch("release", "a7", check=2)
+    assert "orch release a7 --yes" in asked.stderr and box.status == "shutdown"
+    gone = orch("release", "a7", "--yes")
+    assert "released; the host entry is removed" in gone.stderr and box.status == "released"
+    assert "a7" not in [h["name"] for h in orch.json("hosts", "ls")]
+    billed = autodl.ledger()
+    assert all(b.since is None for b in autodl.boxes.values())  # no instance left billing
+    import time
+
+    time.sleep(1.0)
+    assert autodl.ledger() == billed

@@ -172,7 +172,8 @@ def test_submit_to_a_powered_off_instance_powers_it_on_runs_and_on_finish_powers
     wait_for(lambda: box.status == "shutdown", 60)
     billed = autodl.ledger()[uuid]
 
-    second = orch("submit", "job.yaml", "--yes", "--follow", "--watch", "--watch-interval", "0.5")
+    # The watch's move kit no longer waits FINISHING_S (120 s) for a supervisor that waits for this fetch.
+    second = orch("submit", "job.yaml", "--yes", "--follow", "--watch", "--watch-interval", "0.5", timeout=110)
     assert "hello from the box" in second.stdout and box.port != port
     assert "on_finish.power_off: powering a5 off" in second.stderr and "a5: off" in second.stderr
     assert box.status == "shutdown" and autodl.ledger()[uuid] > billed

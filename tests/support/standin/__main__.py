@@ -9,6 +9,7 @@ import argparse
 import json
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     standin = AutoDLStandin(workdir, args.token or secrets.token_hex(16), args.instances)
     url = standin.start(args.port)
     print(json.dumps({"url": url, "token": standin.token, "instances": standin.describe()}), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop its sshd instances on a plain kill too
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

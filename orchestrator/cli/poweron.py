@@ -26,22 +26,29 @@ def provider_hosts(app: App, loaded: LoadedSpec) -> list[Host]:
     return [h for h in (app.inventory.resolve(ref) for ref in loaded.spec.hosts) if h.provider is not None]
 
 
-def power_on_first(app: App, loaded: LoadedSpec, spec_file: Path, yes: bool, dry_run: bool) -> bool:
+def power_on_first(app: App, loaded: LoadedSpec, spec_file: Path, yes: bool, dry_run: bool,
+                   as_json: bool = False) -> bool:
     """Power on every provider host of the job that is off; true when the submit may go on
-    (false: a dry run that stops at what it would power on)."""
+    (false: a dry run that stops at what it would power on, with ``as_json`` printed as
+    ``{"dry_run": true, "power_on": [{host, provider, instance, state, price_per_hour}]}``)."""
     off: list[tuple[Host, str]] = []
+    rows: list[dict[str, object]] = []
     for host in provider_hosts(app, loaded):
         assert host.provider is not None
         provider = provider_of(host)
         state, _ = provider.state(host.provider.instance)
         if state != "running":
-            off.append((host, f"{provider.name} instance {host.provider.instance}, "
-                              f"{describe(provider.instance(host.provider.instance))}"))
+            found = provider.instance(host.provider.instance)
+            off.append((host, f"{provider.name} instance {host.provider.instance}, {describe(found)}"))
+            rows.append({"host": host.name, "provider": provider.name, "instance": found.id, "state": found.status,
+                         "price_per_hour": found.price_per_hour, "currency": found.currency})
     if not off:
         return True
     if dry_run:
         for host, what in off:
             app.say(f"would power on {host.name} ({what}); the plan is shown once it is on")
+        if as_json:
+            app.json({"dry_run": True, "power_on": rows})
         return False
     for host, what in off:
         answer = yes or confirm(f"{host.name} is off ({what}). Power it on (billing starts)?", default=False)

@@ -68,7 +68,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--watch-interval and --keep-checkpoints go with --watch")
     overrides = [Axis("launch.priority", ((priority, str(priority)),), "--priority")] if priority is not None else []
-    if not power_on_first(app, loaded, spec_file, yes, dry_run):  # provider hosts that are off (cli/poweron.py)
+    if not power_on_first(app, loaded, spec_file, yes, dry_run, as_json):  # provider hosts that are off (cli/poweron.py)
         return
     axes = axes_of(loaded, sweeps)
     if axes:

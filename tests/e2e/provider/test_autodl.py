@@ -163,6 +163,9 @@ def test_submit_to_a_powered_off_instance_powers_it_on_runs_and_on_finish_powers
     assert "orch submit job.yaml --yes" in asked.stderr and box.status == "shutdown"
     dry = orch("submit", "job.yaml", "--dry-run")
     assert "would power on a5" in dry.stderr and box.status == "shutdown"
+    planned = orch.json("submit", "job.yaml", "--dry-run")
+    assert planned == {"dry_run": True, "power_on": [{"host": "a5", "provider": "autodl", "instance": uuid,
+                                                      "state": "shutdown", "price_per_hour": 1.98, "currency": "CNY"}]}
 
     first = orch("submit", "job.yaml", "--yes", "--follow")
     assert "a5: powering on autodl instance" in first.stderr and "1.98 CNY/h" in first.stderr and "hello from the box" in first.stdout

@@ -31,9 +31,15 @@ def open_transport(host: Host, inventory: Inventory | None = None,
     A host with a pinned key: its holder's connection when one answers (a holder only ever
     connects with the pinned key, and its socket's name covers that key and the credentials),
     else a direct connection, after which a holder is started without waiting for it. A host
-    without one (first contact) always connects directly."""
+    without one (first contact) always connects directly, and so does a provider host, at the
+    endpoint its provider gives now (``HostError`` when its instance is not running)."""
     if host.kind == "local":
         return LocalTransport(host.name)
+    provided = host.provider is not None
+    if provided and not host.address:  # the endpoint its provider gives now (access/provisioned.py)
+        from orchestrator.access.provisioned import connectable
+
+        host = connectable(host)
 
     def save_pin(line: str) -> None:
         if inventory is not None and (inventory.dir / f"{host.name}.json").is_file():
@@ -44,7 +50,7 @@ def open_transport(host: Host, inventory: Inventory | None = None,
 
         return SSHTransport(host, trust=trust, on_new_key=pin or save_pin)
 
-    if not host.host_key or not held.enabled():
+    if not host.host_key or not held.enabled() or provided:
         return direct()
     transport = held.reach(host, direct)
     if transport is not None:

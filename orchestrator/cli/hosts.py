@@ -17,7 +17,7 @@ from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.check import run_preflight
 from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
 from orchestrator.helper.remote import Remote
-from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, parse_ssh_command
+from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef, parse_ssh_command
 from orchestrator.hosts.presets import PRESETS
 from orchestrator.spec.model import ENV_KEY_RE
 from orchestrator.testhooks import pause
@@ -75,7 +75,12 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> st
 
 @hosts_group.command("add")
 @click.argument("name")
-@click.option("--ssh", "ssh_command", required=True, help='What the provider shows, e.g. "ssh -p 23456 root@host".')
+@click.option("--ssh", "ssh_command", default=None, help='What the provider shows, e.g. "ssh -p 23456 root@host".')
+@click.option("--provider", type=click.Choice(["autodl"]), default=None,
+              help="A rented instance: address, port and password come from the provider's API on each connect.")
+@click.option("--instance", default=None, help="The provider's instance id (with --provider).")
+@click.option("--token-env", default=None, help="Name of the variable holding the provider's API token (never stored).")
+@click.option("--api-url", default=None, help="The provider's API (default: its own): a proxy, or a stand-in.")
 @click.option("--identity", type=click.Path(dir_okay=False), help="Private key file.")
 @click.option("--password-env", help="Name of the environment variable that holds the password (never stored).")
 @click.option("--root", help=f"Where orch keeps its files on the host (default {DEFAULT_ROOT}, autodl: the data disk).")
@@ -99,7 +104,8 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> st
 @click.option("--slurm-env", "slurm_env", multiple=True, metavar="NAME=VALUE",
               help="Environment for Slurm's commands on the login node, e.g. SLURM_CONF=/etc/slurm/lab.conf.")
 @pass_app
-def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, password_env: str | None,
+def add_cmd(app: App, name: str, ssh_command: str | None, provider: str | None, instance: str | None,
+            token_env: str | None, api_url: str | None, identity: str | None, password_env: str | None,
             root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool,
             install_key: bool, key: Path | None, price_per_hour: float | None,
             idle_shutdown_minutes: float | None, scheduler: str, partition: str | None, account: str | None,
@@ -118,6 +124,7 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
           --password-env AUTODL_PW --install-key --trust     # from then on: the key, no password
       orch hosts add lab --ssh "ssh alice@login.lab.example.edu" --identity ~/.ssh/id_ed25519 \\
           --scheduler slurm --partition gpu --account proj123 --trust
+      orch hosts add a100 --provider autodl --instance 4a1c... --token-env AUTODL_TOKEN --preset autodl
     """
     if install_key and not password_env:
         raise UsageError("--install-key logs in once with a password: add --password-env VAR")
@@ -127,7 +134,7 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
         raise UsageError("`local` is built in")
     if password_env is not None and not ENV_KEY_RE.match(password_env):
         raise UsageError(f"--password-env wants a variable NAME (like AUTODL_PW), got {password_env!r}")
-    fields = parse_ssh_command(ssh_command)
+    fields = _where(ssh_command, provider, instance, token_env, api_url, password_env, install_key)
     env_pairs = [item.partition("=") for item in slurm_env]
     if any(not sep or not ENV_KEY_RE.match(k) for k, sep, _ in env_pairs):
         raise UsageError(f"--slurm-env wants NAME=VALUE (like SLURM_CONF=/etc/slurm/lab.conf), got {slurm_env!r}")
@@ -154,6 +161,29 @@ def add_cmd(app: App, name: str, ssh_command: str, identity: str | None, passwor
     app.say(f"saved {name}: {host.target}, root {host.root}" + (" (Slurm login node)" if host.slurm else ""))
     if host.host_key is None:
         app.say(f"its host key is not pinned yet: orch hosts trust {name}")
+
+
+def _where(ssh_command: str | None, provider: str | None, instance: str | None, token_env: str | None,
+           api_url: str | None, password_env: str | None, install_key: bool) -> dict[str, object]:
+    """The entry's address fields: from --ssh, or a provider reference (docs/providers.md)."""
+    if (ssh_command is None) == (provider is None):
+        raise UsageError("give either --ssh \"ssh -p PORT user@host\" or --provider NAME --instance ID --token-env VAR")
+    if provider is None:
+        if instance or token_env or api_url:
+            raise UsageError("--instance, --token-env and --api-url go with --provider")
+        return parse_ssh_command(ssh_command or "")
+    if not instance or not token_env:
+        raise UsageError(f"--provider {provider} needs --instance ID and --token-env VAR (the variable's name)")
+    if password_env or install_key:
+        raise UsageError("a provider host's password comes from the provider: drop --password-env / --install-key")
+    if not ENV_KEY_RE.match(token_env):
+        raise UsageError(f"--token-env wants a variable NAME (like AUTODL_TOKEN), got {token_env!r}")
+    try:
+        return {"provider": ProviderRef(name=provider, instance=instance, token_env=token_env,  # type: ignore[arg-type]
+                                        api_url=api_url)}
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise UsageError(f"invalid --{str(error['loc'][0]).replace('_', '-')}: {error['msg']}") from None
 
 
 def _verify(app: App, host: Host, had_entry: bool, trust: bool, install_key: bool, key: Path | None) -> Host:
@@ -232,27 +262,81 @@ def check_cmd(app: App, name: str) -> None:
     Example:
       orch hosts check box
     """
-    run_preflight(app, [app.inventory.get(name)], Needs())
+    host = app.inventory.get(name)
+    if host.provider is not None and not _provider_check(app, host):
+        return
+    run_preflight(app, [host], Needs())
+
+
+RELEASE_WARN_DAYS = 3
+
+
+def _provider_check(app: App, host: Host) -> bool:
+    """A provider host's state, price and days until release (a warning under 3 days);
+    true when it is running, so that the preflight can follow."""
+    from orchestrator.access.provisioned import facts
+
+    row = facts(host, strict=True)
+    app.say(f"{host.name}: {row['provider']} instance {row['instance']} is {row['state']}" +
+            (f", {row['price_per_hour']:g} {row['currency']}/h" if row.get("price_per_hour") is not None else ""))
+    left = row.get("release_in_days")
+    if isinstance(left, float) and left < RELEASE_WARN_DAYS:
+        app.say(f"warning: {host.name}: {row['provider']} releases this powered-off instance in {left:.1f} days "
+                f"(its data disk with it): power it on before then (`orch up {host.name}`)")
+    if row["state"] != "running":
+        app.say(f"{host.name}: the checks on the box need it on: orch up {host.name}")
+        return False
+    return True
 
 
 @hosts_group.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="One object per host (provider hosts: state, price, release).")
 @pass_app
-def ls_cmd(app: App) -> None:
-    """List hosts."""
+def ls_cmd(app: App, as_json: bool) -> None:
+    """List hosts; a provider host also with its state, price per hour and, when powered off,
+    days until the provider releases it (asked of the provider now)."""
+    from orchestrator.access.provisioned import facts
+
+    good, broken = app.inventory.survey()  # a broken entry is flagged, never hides the others
+    rented = {host.name: facts(host) for host in good if host.provider is not None}
+    if as_json:
+        app.json([{"name": h.name, "target": h.target, "root": h.root, "key_pinned": bool(h.host_key),
+                   **({"provider": rented[h.name]} if h.name in rented else {})}
+                  for h in [app.inventory.local(), *good]] + [{"name": n, "broken": str(e)} for n, e in broken.items()])
+        return
     table = Table(box=None, pad_edge=False)
     for column in ("NAME", "TARGET", "ROOT", "PYTHON", "AUTH", "KEY"):
         table.add_column(column)
-    good, broken = app.inventory.survey()  # a broken entry is flagged, never hides the others
     for host in [app.inventory.local(), *good]:
         auth = "-" if host.kind == "local" else (f"${host.password_env}" if host.password_env else
+                                                  f"${host.provider.token_env} (API)" if host.provider else
                                                   (host.identity_file or "agent/default keys"))
         key = "-" if host.kind == "local" else ("pinned" if host.host_key else "NOT PINNED")
         table.add_row(*(Text(str(cell)) for cell in (host.name, host.target, host.root, host.python, auth, key)))
     for name in broken:
         table.add_row(*(Text(cell) for cell in (name, "BROKEN (see below)", "-", "-", "-", "-")))
     app.out.print(table)
+    if rented:
+        app.out.print(_rented_table(rented))
     for error in broken.values():
         app.say(f"warning: {error}")
+    for name, row in rented.items():
+        if "error" in row:
+            app.say(f"warning: {name}: {row['error']}")
+
+
+def _rented_table(rented: dict[str, dict[str, object]]) -> Table:
+    """Provider hosts: NAME PROVIDER STATE PRICE/H RELEASE (days until a powered-off one goes)."""
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "PROVIDER", "STATE", "PRICE/H", "RELEASE"):
+        table.add_column(column)
+    for name, row in rented.items():
+        price = row.get("price_per_hour")
+        left = row.get("release_in_days")
+        table.add_row(*(Text(str(cell)) for cell in (
+            name, row["provider"], row["state"], "-" if price is None else f"{price:g} {row['currency']}",
+            "-" if left is None else f"in {left:.1f} d")))
+    return table
 
 
 @hosts_group.command("disconnect")

@@ -51,6 +51,7 @@ Examples:
 # module is imported only when the command runs. tests/orchestrator/cli/test_cli_start.py checks this table
 # against the real commands (names, modules, help), so it cannot drift.
 COMMAND_TABLE: dict[str, tuple[str, str]] = {
+    "down": ("provision", "Power a provider host off and wait until the provider says it is off (billing stops)."),
     "cancel": ("cancel", "Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints), "
                          "SIGKILL to what is left after the grace period."),
     "check": ("check", "Validate a job file; exit 2 with file:line:column and the field when it is invalid, "
@@ -67,6 +68,8 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "queue": ("queue", "Show each host's GPU queue: its GPUs, the running jobs with their GPUs, and the waiting ones "
                        "with their place, priority, what they need and since when."),
     "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
+    "release": ("provision", "Give a provider host's instance back for good (AutoDL: a powered-off one; its disk is "
+                             "deleted) and remove the host entry. Asks first; --yes for scripts."),
     "resume": ("resume", "Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in trainer "
                          "continues from its latest complete checkpoint."),
     "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),
@@ -77,6 +80,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "status": ("status", "Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost "
                          "estimate for hosts with a price (orch hosts add ... --price-per-hour)."),
     "submit": ("submit", "Validate, sync the workspace, set up and launch a job."),
+    "up": ("provision", "Power a provider host on and wait until SSH answers (credentials re-read on each try)."),
 }
 
 

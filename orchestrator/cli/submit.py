@@ -12,6 +12,7 @@ from orchestrator.checks.laptop import laptop_checks, laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
+from orchestrator.cli.poweron import power_off_after, power_on_first
 from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
 from orchestrator.jobs.submit import submit
@@ -52,10 +53,12 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
                    "job file's hosts: (a submit that left combinations out prints this command for them).")
 @click.option("--priority", type=int, default=None, metavar="N",
               help="Set launch.priority to N for this submit (every job of a sweep).")
+@click.option("-y", "--yes", is_flag=True, help="Power on a provider host that is off without asking.")
 @pass_app
 def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
                as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool, sweeps: tuple[str, ...],
-               sweep_name: str | None, only_text: str | None, hosts_text: str | None, priority: int | None) -> None:
+               sweep_name: str | None, only_text: str | None, hosts_text: str | None, priority: int | None,
+               yes: bool) -> None:
     """Validate, sync the workspace, set up and launch a job.
 
     \b
@@ -81,6 +84,8 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--watch-interval and --keep-checkpoints go with --watch")
     overrides = [Axis("launch.priority", ((priority, str(priority)),), "--priority")] if priority is not None else []
+    if not power_on_first(app, loaded, spec_file, yes, dry_run, as_json):  # provider hosts that are off (cli/poweron.py)
+        return
     axes = axes_of(loaded, sweeps)
     if axes:
         if follow or watch:
@@ -121,8 +126,13 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         if follow:  # the watch's rounds in a thread while the log streams, the final fetch after it
             watcher = Watch(app.registry.get(plan.job_id), app.inventory, app.registry, Path("runs"), app.say,
                             extra=["checkpoints/"], interval=watch_interval, keep_checkpoints=keep_checkpoints)
-            with watcher.alongside():
-                report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
+            try:
+                with watcher.alongside():
+                    report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
+            except SystemExit:  # the job ended, not succeeded: powered off all the same
+                power_off_after(app, loaded)
+                raise
+            power_off_after(app, loaded)
             return
         report_new_job(app, plan.job_id, result, False, as_json, done.remotes)
     status = watch_job(app, app.registry.get(plan.job_id), Path("runs"), ["checkpoints/"], False, watch_interval,

@@ -26,6 +26,9 @@ def _ssh_host(app: App, name: str) -> Host:
     host = app.inventory.get(name)
     if host.kind != "ssh":
         raise UsageError(f"`{name}` is this machine: there is nothing to open over SSH")
+    if host.provider is not None:
+        raise UsageError(f"{name} is a provider host: its port and password change with each power cycle, so "
+                         f"the system ssh and VSCode cannot keep an entry for it yet; `orch exec {name} -- CMD` works")
     return host
 
 

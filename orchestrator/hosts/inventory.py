@@ -2,7 +2,10 @@
 
 One JSON file (0600) per host. The pinned host key lives in the entry itself, so it belongs
 to the inventory name, not to an address that several rented instances may share. Passwords
-are never stored: only the name of the environment variable that holds one.
+are never stored: only the name of the environment variable that holds one. A provider host
+(``provider``) stores its provider, instance and the name of the token's variable; its address,
+port and password come from the provider each time it is connected to
+(``orchestrator/access/provisioned.py``), the password in memory only (``live_password``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
@@ -29,6 +32,18 @@ NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 LOCAL = "local"
 DEFAULT_ROOT = "~/orch"
 PRESET_ROOTS = {"autodl": "/root/autodl-tmp/orch"}
+
+
+class ProviderRef(BaseModel):
+    """Where a provider host's instance is rented: never the token, only its variable's name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Literal["autodl"]
+    instance: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    token_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_url: str | None = Field(None, pattern=r"^https?://[^\s]+$",
+                                description="The provider's API (default: its own); a proxy or a stand-in.")
 
 
 class Host(BaseModel):
@@ -60,6 +75,20 @@ class Host(BaseModel):
     qos: str | None = Field(None, pattern=SLURM_NAME, description="Slurm quality of service.")
     slurm_env: dict[str, str] = Field(
         default_factory=dict, description="Environment for Slurm's commands on the login node (e.g. SLURM_CONF).")
+    provider: ProviderRef | None = Field(
+        None, description="A rented instance whose address, port and password the provider gives on each connect.")
+    _password: str | None = PrivateAttr(None)
+
+    def live(self, address: str, port: int, user: str, password: str | None) -> "Host":
+        """This entry at the endpoint its provider gives now, the password in memory only."""
+        host = self.model_copy(update={"address": address, "port": port, "user": user})
+        host._password = password
+        return host
+
+    @property
+    def live_password(self) -> str | None:
+        """The provider's password of a ``live`` copy (never stored, never dumped)."""
+        return self._password
 
     @field_validator("slurm_env")
     @classmethod
@@ -89,7 +118,11 @@ class Host(BaseModel):
 
     @property
     def target(self) -> str:
-        return "this machine" if self.kind == "local" else f"{self.user}@{self.address}:{self.port}"
+        if self.kind == "local":
+            return "this machine"
+        if self.provider is not None and not self.address:
+            return f"{self.provider.name}:{self.provider.instance}"
+        return f"{self.user}@{self.address}:{self.port}"
 
 
 def parse_ssh_command(text: str) -> dict[str, object]:

@@ -71,8 +71,10 @@ def host_stanza(host: Host, home: Path | None = None) -> str:
 
 
 def render_block(hosts: list[Host], home: Path | None = None) -> str:
-    """The whole managed block (markers included) for the ssh hosts of ``hosts``."""
-    stanzas = [host_stanza(h, home) for h in sorted(hosts, key=lambda h: h.name) if h.kind == "ssh"]
+    """The whole managed block (markers included) for the ssh hosts of ``hosts``; a provider
+    host has none (its port and password change with every power cycle)."""
+    stanzas = [host_stanza(h, home) for h in sorted(hosts, key=lambda h: h.name)
+               if h.kind == "ssh" and h.provider is None]
     return BEGIN + "\n" + "\n".join(stanzas) + END + "\n"
 
 

@@ -278,6 +278,7 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
         setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **spec.env},
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,
         on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets),
+                       shutdown=spec.on_finish.shutdown or spec.on_finish.power_off,
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
         resume_args=list(spec.launch.resume_args), progress=spec.launch.progress,

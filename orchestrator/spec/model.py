@@ -249,6 +249,9 @@ class OnFinish(Frozen):
     notify: Notify | None = Field(None, description="Call a webhook when the job ends (docs/notifications.md).")
     shutdown: bool = Field(False, description="Power the host off when the job ends — after `orch fetch` has "
                            "confirmed the outputs, and never while another orch job runs there.")
+    power_off: bool = Field(False, description="Power the box off when the job ends, like `shutdown` from inside the "
+                            "box; on a provider host also through its API from a laptop that watches the job "
+                            "(`submit --follow --watch`), after the last fetch (docs/providers.md).")
     shutdown_after_fetch_timeout_s: int = Field(1800, ge=0, description="Shut down anyway after this long without a fetch.")
     shutdown_command: list[str] | None = Field(
         None, min_length=1, description="argv that powers the host off; default: the preset's (`shutdown` on "

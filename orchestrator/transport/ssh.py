@@ -135,6 +135,8 @@ class SSHTransport(Transport):
         threading.Thread(target=self._watchdog, args=(transport,), daemon=True).start()
 
     def _password(self) -> str | None:
+        if self.host.live_password is not None:  # a provider host: from its API, in memory only
+            return self.host.live_password
         if not self.host.password_env:
             return None
         value = os.environ.get(self.host.password_env)
@@ -178,7 +180,8 @@ class SSHTransport(Transport):
             except paramiko.AuthenticationException as exc:
                 client.close()
                 tried = [f"key {host.identity_file}"] if identity else []
-                tried += [f"password from ${host.password_env}"] if password is not None else []
+                tried += ([] if password is None else ["the provider's password"] if host.live_password is not None
+                          else [f"password from ${host.password_env}"])
                 tried += ["ssh-agent"] + ([] if tried else ["default keys in ~/.ssh"])
                 raise HostError(
                     f"{host.name}: authentication failed for {host.target} ({exc}); tried {', '.join(tried)}.\n"

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from remote_payload.contract.jobfolder import CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
+from remote_payload.contract.jobfolder import AWAITING_FETCH, CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
 from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
 from remote_payload.helper import workspace
 from remote_payload.jobdir import processes
@@ -114,7 +114,8 @@ class Agent:
         deadline = time.time() + FINISHING_S  # an ended job's supervisor still records its environment: let it
         while time.time() < deadline:
             st = read_status(os.path.join(d, "status.json")) or {}
-            if st.get("state") not in TERMINAL or not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor"):
+            if st.get("state") not in TERMINAL or not pid_alive(int(st.get("supervisor_pid") or 0), "supervisor") \
+                    or os.path.exists(os.path.join(d, AWAITING_FETCH)):  # records done; it waits for this fetch
                 break
             time.sleep(0.2)
         return dict(movejob.listing(d), state=self.probe(job_id)["state"])

@@ -36,7 +36,8 @@ STAGE_PREFIX = ".move-"
 JOURNAL = ".move-journal"
 PART = ".orch-part"
 HISTORY = "moves.json"
-NOT_CARRIED = ("status.json", "manifest.json", "job.json", "train.json", ".fetched", "slurm.sh", "slurm.json",
+NOT_CARRIED = ("status.json", "manifest.json", "job.json", "train.json", ".fetched", ".awaiting-fetch", "slurm.sh",
+               "slurm.json",
                "cancel.requested")
 STALL_S = 120.0
 _BAD = re.compile(r"[\x00-\x1f\x7f\\]")

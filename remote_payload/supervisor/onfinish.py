@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
+from remote_payload.contract.jobfolder import AWAITING_FETCH, atomic_write_json, read_json
 from remote_payload.contract.protocol import QUEUED, TERMINAL
 from remote_payload.jobdir.manifest import Flock, build_manifest, file_key
 from remote_payload.jobdir.processes import pid_alive
@@ -81,6 +81,7 @@ def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Cal
     timeout = float(cfg.get("shutdown_after_fetch_timeout_s", 1800))
     marker = os.path.join(job_dir, FETCHED)
     say("on_finish.shutdown: waiting for `orch fetch` (at most %.0f s) before powering off" % timeout)
+    open(os.path.join(job_dir, AWAITING_FETCH), "a").close()  # move_list need not wait for this supervisor
     deadline = time.time() + timeout
     while not os.path.exists(marker) and time.time() < deadline:
         time.sleep(0.5)

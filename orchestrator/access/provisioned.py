@@ -1,0 +1,121 @@
+"""Provider hosts: connect at the endpoint the provider gives now, power them on and off.
+
+A provider host's address, port and password are asked of its provider on every connection and
+never kept (``Host.live``); such a host never goes through a connection holder (a holder would
+outlive the credentials). ``bring_up`` waits until SSH really answers, re-reading the
+credentials on each try (``running`` comes before sshd accepts connections, and a power cycle
+may change the port and password); ``bring_down`` waits until the provider says the instance is
+off. Host keys stay pinned per entry: a different key after a reschedule is refused by
+``orchestrator/transport/ssh.py`` with both fingerprints and the command that accepts it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from orchestrator.errors import HostError, HostKeyError, OrchError
+from orchestrator.hosts.inventory import Host
+from orchestrator.providers.api import Instance, power_on_retrying
+from orchestrator.providers.open import provider_of
+
+
+def up_timeout_s() -> float:
+    return float(os.environ.get("ORCH_UP_TIMEOUT_S", "600"))
+
+
+def connectable(host: Host) -> Host:
+    """``host`` at its provider's current endpoint; ``HostError`` (exit 3) naming ``orch up``
+    when the instance is not running."""
+    assert host.provider is not None
+    provider = provider_of(host)
+    state, status = provider.state(host.provider.instance)
+    if state != "running":
+        raise HostError(f"{host.name}: the {provider.name} instance {host.provider.instance} is {status or state}; "
+                        f"power it on with `orch up {host.name}`")
+    end = provider.endpoint(host.provider.instance)
+    return host.live(end.address, end.port, end.user, end.password)
+
+
+def describe(found: Instance) -> str:
+    """``running, 1.98 CNY/h``: the state and the price the provider reports."""
+    price = f", {found.price_per_hour:g} {found.currency}/h".rstrip() if found.price_per_hour is not None else ""
+    return f"{found.status or found.state}{price}"
+
+
+def bring_up(host: Host, say: Callable[[str], None], probe: Callable[[Host], None]) -> Host:
+    """Power ``host`` on when it is off (out of stock: bounded retries, said) and wait until
+    ``probe(live_host)`` — an SSH login — succeeds, re-reading state and credentials before
+    each try. Returns the live host. ``HostError`` after ``ORCH_UP_TIMEOUT_S`` (600 s); a
+    different host key is raised at once."""
+    assert host.provider is not None
+    provider, instance = provider_of(host), host.provider.instance
+    state, status = provider.state(instance)
+    if state in ("off", "failed"):
+        say(f"{host.name}: powering on {provider.name} instance {instance} ({describe(provider.instance(instance))})")
+        power_on_retrying(provider, instance, say)
+    elif state in ("released", "unknown", "stopping"):
+        raise HostError(f"{host.name}: the {provider.name} instance {instance} is {status or state}; "
+                        "it cannot be powered on now")
+    deadline, wait, last = time.monotonic() + up_timeout_s(), 1.0, "it was not running yet"
+    while True:
+        state, status = provider.state(instance)
+        if state == "running":
+            try:
+                live = connectable(host)
+                probe(live)
+                return live
+            except HostKeyError:
+                raise
+            except HostError as exc:
+                last = str(exc).splitlines()[0]
+        else:
+            last = f"the provider says {status or state}"
+        if time.monotonic() > deadline:
+            raise HostError(f"{host.name}: SSH did not answer within {up_timeout_s():g} s after power-on ({last})")
+        time.sleep(wait)
+        wait = min(wait * 1.5, 10.0)
+
+
+def bring_down(host: Host, say: Callable[[str], None]) -> None:
+    """Power ``host`` off and wait until its provider says it is off (``ORCH_UP_TIMEOUT_S``)."""
+    assert host.provider is not None
+    provider, instance = provider_of(host), host.provider.instance
+    state, status = provider.state(instance)
+    if state == "off":
+        say(f"{host.name}: already off")
+        return
+    if state != "stopping":  # powering itself off already (on_finish from inside the box)
+        provider.power_off(instance)
+    deadline = time.monotonic() + up_timeout_s()
+    while state != "off":
+        if time.monotonic() > deadline:
+            raise HostError(f"{host.name}: the provider still says {status or state} "
+                            f"{up_timeout_s():g} s after power-off")
+        time.sleep(1.0)
+        state, status = provider.state(instance)
+
+
+def days_left(found: Instance, now: float | None = None) -> float | None:
+    """Days until the provider releases a powered-off instance (None: it will not)."""
+    if found.release_at is None:
+        return None
+    return (found.release_at.timestamp() - (time.time() if now is None else now)) / 86400
+
+
+def facts(host: Host, strict: bool = False) -> dict[str, object]:
+    """What ``orch hosts ls`` shows of a provider host: state, price, days until release; an
+    error of its provider as ``error`` (the listing never stops for one host), raised when
+    ``strict``."""
+    assert host.provider is not None
+    row: dict[str, object] = {"provider": host.provider.name, "instance": host.provider.instance}
+    try:
+        found = provider_of(host).instance(host.provider.instance)
+    except OrchError as exc:
+        if strict:
+            raise
+        return {**row, "state": "?", "error": str(exc)}
+    left = days_left(found)
+    return {**row, "state": found.status or found.state, "price_per_hour": found.price_per_hour,
+            "currency": found.currency, "release_in_days": None if left is None else round(left, 1)}

@@ -1,0 +1,114 @@
+"""``orch up`` / ``orch down`` / ``orch release``: power a provider host on (until SSH answers)
+or off, or give its instance back."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.access.provisioned import bring_down, bring_up
+from orchestrator.ask import confirm
+from orchestrator.cli.app import App, pass_app
+from orchestrator.errors import UsageError
+from orchestrator.hosts.inventory import Host
+from orchestrator.providers.open import provider_of
+
+
+def provider_host(app: App, name: str) -> Host:
+    host = app.inventory.get(name)
+    if host.provider is None:
+        raise UsageError(f"{name} is not a provider host: `orch up`/`down` need one added with "
+                         f"`orch hosts add {name} --provider autodl --instance ID --token-env VAR`")
+    return host
+
+
+def login(app: App, trust: bool) -> Callable[[Host], None]:
+    """An SSH login that runs ``true``: the proof that the box answers. A first host key is
+    pinned in the entry with ``trust`` (its fingerprint said), else asked about on a terminal;
+    never accepted silently. A pinned key that differs is refused (exit 3)."""
+    def accept(fingerprint: str) -> bool:
+        if trust:
+            app.say(f"pinned host key {fingerprint}")
+            return True
+        return ask_on_tty(fingerprint)
+
+    def run(live: Host) -> None:
+        with open_transport(live, app.inventory, accept) as transport:
+            transport.run(["true"], timeout=60)
+    return run
+
+
+def remember_price(app: App, host: Host) -> None:
+    """The price per hour the provider reports, kept in the entry so that `orch status`'s
+    COST uses it (a price is no secret); nothing changes when it reports none."""
+    assert host.provider is not None
+    price = provider_of(host).instance(host.provider.instance).price_per_hour
+    if price is not None and price != host.price_per_hour:
+        app.inventory.save(app.inventory.get(host.name).model_copy(update={"price_per_hour": price}))
+
+
+@click.command("up")
+@click.argument("name")
+@click.option("--trust", is_flag=True, help="Pin the host key the box offers when none is pinned yet.")
+@pass_app
+def up_cmd(app: App, name: str, trust: bool) -> None:
+    """Power a provider host on and wait until SSH answers (credentials re-read on each try).
+
+    \b
+    Example:
+      orch up a100 --trust     # the first time: pin the box's host key
+    """
+    host = provider_host(app, name)
+    live = bring_up(host, app.say, login(app, trust))
+    remember_price(app, host)
+    app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}")
+
+
+@click.command("down")
+@click.argument("name")
+@pass_app
+def down_cmd(app: App, name: str) -> None:
+    """Power a provider host off and wait until the provider says it is off (billing stops).
+
+    \b
+    Example:
+      orch down a100
+    """
+    host = provider_host(app, name)
+    bring_down(host, app.say)
+    app.say(f"{name}: off")
+
+
+@click.command("release")
+@click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts).")
+@pass_app
+def release_cmd(app: App, name: str, yes: bool) -> None:
+    """Give a provider host's instance back for good (AutoDL: a powered-off one; its disk is
+    deleted) and remove the host entry. Asks first; --yes for scripts.
+
+    \b
+    Example:
+      orch down a100 && orch release a100
+    """
+    host = provider_host(app, name)
+    assert host.provider is not None
+    provider, instance = provider_of(host), host.provider.instance
+    state, status = provider.state(instance)
+    if state != "off":
+        raise UsageError(f"{name}: the {provider.name} instance {instance} is {status or state}; "
+                         f"power it off first: orch down {name}")
+    answer = yes or confirm(f"Release {provider.name} instance {instance} ({name})? Its disks are deleted.",
+                            default=False)
+    if answer is None:
+        raise UsageError(f"releasing deletes the instance and its disks: orch release {name} --yes")
+    if not answer:
+        raise UsageError(f"{name} was not released")
+    provider.release(instance)
+    app.inventory.remove(name)
+    app.say(f"{name}: {provider.name} instance {instance} released; the host entry is removed")
+
+
+COMMANDS = [up_cmd, down_cmd, release_cmd]

@@ -17,9 +17,10 @@ from remote_payload.contract.protocol import GRACE_S
 @pass_app
 def cancel_cmd(app: App, job: str, grace: float) -> None:
     """Stop a job on every node: SIGTERM to all its processes (the trainer checkpoints),
-    SIGKILL to what is left after the grace period. A moved job's attempt on a
-    host it left that orch has not yet stopped is stopped too (when that host
-    answers).
+    SIGKILL to what is left after the grace period.
+
+    A moved job's attempt on a host it left that orch has not yet stopped is
+    stopped too (when that host answers).
 
     \b
     Example:

@@ -4,8 +4,7 @@
 queued job started with no laptop around, a supervisor killed while queued, a dead holder's
 GPUs freed, an unsupervised job holding its GPU until its processes end (and resume or
 cancel handing it over), GPUs busy with other processes never handed out, never two jobs on
-one GPU, and
-the idle guard counting a queued job as work."""
+one GPU, and the idle guard counting a queued job as work."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ if __name__ == "__main__":  # run as a script: imports start at the payload fold
 from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
-from remote_payload.jobdir import processes  # noqa: E402
+from remote_payload.jobdir import processes, testclock  # noqa: E402
 from remote_payload.jobdir import record as repro  # noqa: E402
 from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
@@ -359,6 +359,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--job-dir", required=True)
     parser.add_argument("--node-rank", type=int, default=0)
     args = parser.parse_args(argv)
+    testclock.shift_for_tests()
     sup = Supervisor(os.path.abspath(args.job_dir), args.node_rank)
     try:
         return sup.main()

@@ -17,10 +17,14 @@ import math
 from typing import Any
 
 STATUS_TIMES = ("heartbeat", "started", "ended", "first_started")  # protocol.JOB_STATUS's server times
+MIN_SKEW_S = 5.0  # clocks closer than this are taken as agreeing (the measure itself jitters by the round trip)
 
 
 class Offset:
-    """The server's clock minus the laptop's, in seconds; 0.0 until a reply carried ``clock``."""
+    """The server's clock minus the laptop's, in seconds (``seconds``); 0.0 until a reply
+    carried ``clock``. ``correction`` is what timestamps are moved by: 0 under ``MIN_SKEW_S``,
+    else the whole seconds — so a timestamp reads the same in every command (the caches keyed
+    by a job's ``ended`` stay valid) and NTP-synced hosts are never touched."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -35,6 +39,10 @@ class Offset:
         trip = max(arrived - sent, 0.0)
         if self.round_trip is None or trip <= self.round_trip:
             self.round_trip, self.seconds = trip, float(clock) - (sent + arrived) / 2
+
+    @property
+    def correction(self) -> float:
+        return 0.0 if abs(self.seconds) < MIN_SKEW_S else float(round(self.seconds))
 
 
 def _move(record: Any, keys: tuple[str, ...], by: float) -> None:

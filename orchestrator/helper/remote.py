@@ -172,11 +172,11 @@ class Remote:
             raise self._agent_error(what or op, value["error"])
         if op == "hello":
             self.root_seen = value["root"].rstrip("/") or "/"
-        return to_laptop(op, value, self.clock.seconds)
+        return to_laptop(op, value, self.clock.correction)
 
     def laptop_status(self, status: Any) -> Any:
         """A job status this host sent outside a reply (a log's end frame) on the laptop's clock."""
-        return status_to_laptop(status, self.clock.seconds)
+        return status_to_laptop(status, self.clock.correction)
 
     def _broken(self, op: str, session: Session, exc: BaseException) -> Exception:
         """The error for a session that broke during ``op``: a lost link stays a

@@ -3,18 +3,24 @@ pure logic; tests/e2e/faults/test_clock_skew.py runs it against a skewed server 
 
 from __future__ import annotations
 
+import pytest
+
 from orchestrator.helper.clock import Offset, to_laptop
 
 
 def test_the_offset_comes_from_the_reply_with_the_shortest_round_trip_and_ignores_junk() -> None:
     offset = Offset()
-    offset.measure(100.0, 101.0, {"clock": 3700.5})  # midpoint 100.5: 3600 ahead
-    assert offset.seconds == 3600.0
+    assert offset.correction == 0.0  # no reply yet: the clocks are taken as agreeing
+    offset.measure(100.0, 101.0, {"clock": 3700.7})  # midpoint 100.5: 3600.2 ahead
+    assert offset.seconds == pytest.approx(3600.2) and offset.correction == 3600.0
     offset.measure(200.0, 210.0, {"clock": 0.0})  # a slower reply teaches less
-    assert offset.seconds == 3600.0
+    assert offset.correction == 3600.0
     for junk in ({"clock": "soon"}, {"clock": True}, {"clock": float("nan")}, {}, None):
         offset.measure(300.0, 300.0, junk)
-    assert offset.seconds == 3600.0
+    assert offset.correction == 3600.0
+    close = Offset()
+    close.measure(0.0, 0.1, {"clock": 3.05})  # NTP-close clocks: nothing is moved
+    assert close.correction == 0.0
 
 
 def test_every_server_time_of_a_reply_is_moved_and_nothing_else() -> None:

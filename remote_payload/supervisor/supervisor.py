@@ -248,7 +248,8 @@ class Supervisor:
 
     def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
         """Give the GPUs back (``gpuqueue.release``), write the complete manifest, then the
-        terminal state (under the job folder's flock)."""
+        terminal state (under the job folder's flock). A full disk makes it ``failed`` (``_disk_full``)."""
+        state, reason = self._disk_full(state, reason)
         self.say("job %s%s" % (state, ": " + reason if reason else ""))
         gpuqueue.release(self.job_dir, self.job["job_id"], self.node_rank)
         if self.node_rank == 0:  # before the end is written, so its line is in the log a follower reads
@@ -270,13 +271,21 @@ class Supervisor:
                     self.disk_full_at(manifest_path, exc)
                     if not self.reserve.release():
                         break
-            full = self.disk_error or full_at(self.job_dir)
-            if full is not None and state != "cancelled":
-                why = "disk full: %s" % full
-                state, reason = "failed", ("%s; %s" % (reason, why) if state == "failed" and reason else why)
-                self.say(reason)
+            if self._disk_full(state, reason) != (state, reason):  # the manifest met the full disk
+                state, reason = self._disk_full(state, reason)
+                self.say("job %s: %s" % (state, reason))
             self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
         self.reserve.release()
+
+    def _disk_full(self, state: str, reason: Optional[str]) -> "tuple[str, Optional[str]]":
+        """``(state, reason)``, or ``failed`` with ``disk full: PATH: ...`` added when a write of
+        orch's met a full disk during the job or its folder's disk is full now (a cancelled job
+        stays cancelled)."""
+        full = self.disk_error or full_at(self.job_dir)
+        if full is None or state == "cancelled" or "disk full" in (reason or ""):
+            return state, reason
+        why = "disk full: %s" % full
+        return "failed", ("%s; %s" % (reason, why) if state == "failed" and reason else why)
 
     def main(self) -> int:
         processes.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them

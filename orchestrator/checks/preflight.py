@@ -134,7 +134,7 @@ def judge(facts: dict[str, Any], skew_s: float, needs: Needs, cluster: list[Row]
     rows += _workspace_rows(facts)
     skew_ok = abs(skew_s) <= MAX_SKEW_S
     rows.append(Row("clock skew", f"{skew_s:+.1f} s", OK if skew_ok else WARN,
-                    "" if skew_ok else "log and ETA times will be off"))
+                    "" if skew_ok else "orch corrects its own times; the job's log lines carry the server's"))
     return rows
 
 

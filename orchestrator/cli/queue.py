@@ -26,7 +26,7 @@ GPU_ROW: Shape = {"index": (int, REQUIRED), "uuid": (str, REQUIRED), "total_mib"
 JOB_ROW: Shape = {"job_id": (str, REQUIRED), "node_rank": (int, REQUIRED), "state": (str, REQUIRED),
                   "gpus": (list, REQUIRED), "need": ((int, str), REQUIRED), "memory_gb": ((int, float, NONE), OPT),
                   "priority": (int, REQUIRED), "since": (NUMBER, REQUIRED), "granted": ((int, float, NONE), OPT),
-                  "position": ((int, NONE), OPT)}
+                  "position": ((int, NONE), OPT), "unsupervised": (bool, OPT)}
 COLUMNS = [Column("#", 2, right=True), Column("JOB", 0, required=True, min_width=8), Column("STATE", 1, required=True),
            Column("GPUS", 3), Column("NEEDS", 4), Column("PRIORITY", 5, right=True), Column("SINCE", 6)]
 STALE_S = 30.0  # an inventory older than this is shown with its age
@@ -77,9 +77,10 @@ def rows(reply: dict[str, Any], now: float) -> list[list[str]]:
         name = job["job_id"] + (f" (node {job['node_rank']})" if job["node_rank"] else "")
         need = f"{job['need']}" + (f" × {job['memory_gb']:g} GB" if isinstance(job.get("memory_gb"), (int, float)) else "")
         running = job["state"] == "running"
+        state = ("unsupervised" if job.get("unsupervised") else "running") if running else "queued"
         since = job.get("granted") if running and isinstance(job.get("granted"), (int, float)) else job["since"]
         out.append([str(job["position"]) if not running and isinstance(job.get("position"), int) else "",
-                    clean(name), "running" if running else "queued", ",".join(map(str, job["gpus"])) or "-",
+                    clean(name), state, ",".join(map(str, job["gpus"])) or "-",
                     clean(need), str(job["priority"]), when(since, now)])
     return out
 

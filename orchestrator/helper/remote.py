@@ -8,7 +8,8 @@ the fences of jobs that moved away from it are acted on (``fence.py``). The payl
 installed on first use (one extra round trip per host and orch version). A failure the
 helper reports becomes
 ``RemoteError`` (exit 4) naming the host and the request; a reply that does not match the
-request's row is rejected the same way, never passed on.
+request's row is rejected the same way, never passed on. Every reply's server timestamps
+arrive on the laptop's clock (``clock.py``: the offset measured from this host's replies).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import Any
 
 from orchestrator.errors import HostError, RemoteError, RootNotWritable
+from orchestrator.helper.clock import Offset, status_to_laptop, to_laptop
 from orchestrator.helper.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
 from orchestrator.helper.session import Deadline, HelperEnded, Session, StreamCall
 from orchestrator.hosts.inventory import Host
@@ -44,6 +47,7 @@ class Remote:
         self.host, self.transport = host, transport
         self.python = sys.executable if host.kind == "local" else host.python
         self.root_seen: str | None = None  # the expanded root, once ``hello`` reported it
+        self.clock = Offset()  # the server's clock minus the laptop's, from this host's replies
         self._idle: list[Session] = []
         self._lock = threading.Lock()
         self._fenced = False  # this host's pending fences were acted on (``fence.settle_on``)
@@ -148,11 +152,14 @@ class Remote:
         late = Deadline(timeout, session)
         try:
             with late:
+                sent = time.time()
                 session.request(op, checked)
                 kind, payload = session.next_frame()
+                arrived = time.time()
             if kind != REPLY:
                 raise ProtocolError(f"a {kind!r} frame instead of the reply")
             value = session.reply(op, payload)
+            self.clock.measure(sent, arrived, value)
         except (HelperEnded, ProtocolError, HostError) as exc:
             session.broken = True
             if late.fired.is_set():
@@ -180,11 +187,16 @@ class Remote:
         return self._checked(call.op, call.result, what)
 
     def _checked(self, op: str, value: dict[str, Any], what: str = "") -> dict[str, Any]:
+        value.pop("clock", None)  # measured in ``call``; no caller sees it
         if "error" in value:
             raise self._agent_error(what or op, value["error"])
         if op == "hello":
             self.root_seen = value["root"].rstrip("/") or "/"
-        return value
+        return to_laptop(op, value, self.clock.correction)
+
+    def laptop_status(self, status: Any) -> Any:
+        """A job status this host sent outside a reply (a log's end frame) on the laptop's clock."""
+        return status_to_laptop(status, self.clock.correction)
 
     def _broken(self, op: str, session: Session, exc: BaseException) -> Exception:
         """The error for a session that broke during ``op``: a lost link stays a

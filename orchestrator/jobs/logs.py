@@ -92,7 +92,7 @@ def _read(remote: Remote, record: JobRecord, node: int, at: _Reading, write: Cal
     while True:
         kind, data = frames.next()
         if kind == b"E":
-            final = end_status(data)
+            final = remote.laptop_status(end_status(data))
             break
         if kind == b"D":
             at.offset += len(data)

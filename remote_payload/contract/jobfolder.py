@@ -18,7 +18,9 @@ SKIP_DIRS = ("__pycache__",)  # written by python itself in the working director
 HASHES = ".hashes.json"  # a cache of sha256 by (path, size, mtime_ns) for live manifests and move listings
 SUPERVISOR_SCRIPT = ("remote_payload", "supervisor", "supervisor.py")  # under <root>/payload/<hash>/
 AWAITING_FETCH = ".awaiting-fetch"  # on_finish.shutdown: the records are done, the supervisor waits for a fetch
-NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", AWAITING_FETCH, HASHES, SNAPSHOT)
+STATUS_RESERVE = ".status.reserve"  # room the supervisor keeps for its terminal status on a full disk
+NOT_LISTED = ("manifest.json", "status.json", "job.json", ".fetched", AWAITING_FETCH, HASHES, SNAPSHOT,
+              STATUS_RESERVE)
 DEEPSPEED_HOSTFILE = "deepspeed_hostfile"  # a multi-node deepspeed job's nodes, written by each node's supervisor
 FREE_PORT = "@free-port@"  # in a plan's argv: a TCP port free on the node, picked by its supervisor at start
 PROGRESS_GROUPS = ("step", "loss", "total_steps", "epoch", "lr", "eval_loss", "tokens_per_s")  # launch.progress's
@@ -63,14 +65,27 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def atomic_write_json(path: str, data: Any) -> None:
-    """Write JSON so a reader sees the old or the new file, never half of one."""
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` so a reader sees the old or the new file, never half of one; when the
+    write fails (a full disk) the error is raised and no temporary is left behind."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_json(path: str, data: Any) -> None:
+    """``data`` as JSON, written as ``atomic_write_text`` writes."""
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def read_json(path: str) -> Optional[Any]:

@@ -17,8 +17,12 @@ with any supervisor killed or restarted:
 Contract:
 
 - Never two jobs on one GPU: GPUs are granted only under the lock, and only GPUs that no live
-  entry holds. An entry is live while its pid runs that job's supervisor in this boot; a pass
-  removes any other (a killed supervisor's GPUs are free again at its next pass).
+  entry holds. An entry is live while its pid runs that job's supervisor in this boot, and a
+  granted entry whose supervisor was killed stays live while any process of the job's tree
+  that status.json recorded for that supervisor still runs (``holds``: the unsupervised job
+  still uses its GPUs, whether nvidia-smi lists its processes or not); a pass removes any
+  other, so the GPUs are free at the first pass after the job's last process ends (or
+  ``orch cancel`` / ``orch resume`` stops them).
 - GPUs busy with processes orch does not account for (another user's run: compute processes
   that nvidia-smi lists, or more than ``inventory.BUSY_MIB`` of memory in use) are never
   handed out.
@@ -46,6 +50,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.gpuqueue.inventory import Gpu, busy, inventory, recorded
 from remote_payload.jobdir.processes import boot_id, pid_alive
+from remote_payload.jobdir.status import read_status, survivors_of
 
 TICK_S = 0.25        # a waiter looks at its own entry (granted? cancelled?) this often
 PASS_S = 1.0         # and schedules (inventory + pass) this often
@@ -146,6 +151,25 @@ def _need_ok(need: Dict[str, Any]) -> bool:
         and (memory is None or isinstance(memory, (int, float)))
 
 
+def supervised(entry: Dict[str, Any]) -> bool:
+    """The entry's supervisor runs (its pid, this boot, a command line naming its job)."""
+    return entry["boot_id"] == boot_id() and pid_alive(entry["pid"], "supervisor") \
+        and pid_alive(entry["pid"], entry["job_id"])
+
+
+def holds(entry: Dict[str, Any]) -> bool:
+    """True while the entry still counts: its supervisor runs, or, for a granted entry whose
+    supervisor is gone, a process of the job's tree runs that status.json recorded for that very
+    supervisor (same pid, this boot; each process checked with its start time)."""
+    if supervised(entry):
+        return True
+    if entry["state"] != "running" or entry["boot_id"] != boot_id():
+        return False
+    st = read_status(os.path.join(entry["job_dir"], "status.json"))
+    return isinstance(st, dict) and st.get("supervisor_pid") == entry["pid"] \
+        and st.get("boot_id") == boot_id() and bool(survivors_of(st))
+
+
 def entries(root: str) -> List[Tuple[str, Dict[str, Any]]]:
     """Live entries (path, entry); removes dead and unreadable ones. Call under ``locked``."""
     out = []
@@ -158,8 +182,7 @@ def entries(root: str) -> List[Tuple[str, Dict[str, Any]]]:
             continue
         path = os.path.join(queue_dir(root), name)
         entry = read_json(path)
-        if _valid(entry) and entry["boot_id"] == boot_id() and pid_alive(entry["pid"], "supervisor") \
-                and pid_alive(entry["pid"], entry["job_id"]):
+        if _valid(entry) and holds(entry):
             out.append((path, entry))
         else:
             try:
@@ -301,7 +324,7 @@ def view(root: str) -> Dict[str, Any]:
     gpus = [dict(g, busy=g["index"] in seen["busy"], holder=holders.get(g["index"])) for g in record["gpus"]]
     jobs = [{"job_id": e["job_id"], "node_rank": e["node_rank"], "state": e["state"], "gpus": e["gpus"],
              "need": e["need"].get("gpus"), "memory_gb": e["need"].get("memory_gb"), "priority": e["priority"],
-             "since": e["since"], "granted": e.get("granted"),
+             "since": e["since"], "granted": e.get("granted"), "unsupervised": not supervised(e),
              "position": seen["positions"].get(os.path.basename(p))}
             for p, e in sorted(live, key=lambda pe: (pe[1]["state"] != "running", _order(pe[1])))]
     return {"gpus": gpus, "jobs": jobs, "source": record["source"], "seen": record.get("seen")}

@@ -22,6 +22,7 @@ from remote_payload.jobdir import processes
 from remote_payload.jobdir import record as repro
 from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
 from remote_payload.jobdir.processes import boot_id, pid_alive
+from remote_payload.jobdir.reserve import full_at
 from remote_payload.jobdir.status import kill_group, last_metrics, read_status, survivors_of
 from remote_payload.move import job as movejob
 from remote_payload.slurm import job as slurmjob
@@ -178,6 +179,9 @@ class Agent:
                               reason="the supervisor is gone (killed?) but %d of the job's processes still run: "
                                      "orch cancel stops them; orch resume stops them, then restarts from the "
                                      "last checkpoint" % len(survivors))
+                elif full_at(d) is not None:  # it could not record the end: never "lost" for a full disk
+                    st.update(state="failed", reason="disk full: %s; the supervisor could not record the job's "
+                                                     "end" % full_at(d))
                 else:
                     st.update(state="lost", reason="the supervisor is not running (killed?)")
         metrics = last_metrics(os.path.join(d, "metrics.jsonl"))

@@ -22,7 +22,7 @@ from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, Protocol
 from remote_payload.gpuqueue import queue as gpuqueue
 from remote_payload.helper import netcheck, streams, workspace
 from remote_payload.helper.agent import Agent, AgentError
-from remote_payload.jobdir import lease
+from remote_payload.jobdir import lease, testclock
 from remote_payload.jobdir import record as repro
 from remote_payload.move import job as movejob
 from remote_payload.move import pull as movepull
@@ -224,6 +224,7 @@ def serve(root: str, payload_dir: str, stdin: IO[bytes], stdout: IO[bytes]) -> i
             inp = Input(stdin)
             inp.ended = spec is None or not spec.reads
             reply = handle(agent, op, args, inp, Output(stdout))
+            reply["clock"] = time.time()  # the laptop measures the clocks' offset (orchestrator/helper/clock.py)
             if "error" not in reply:
                 inp.drain()
             stdout.write(frame(REPLY, json.dumps(reply).encode("utf-8")))
@@ -238,4 +239,5 @@ def main(root: str, payload_dir: str, argv: list) -> int:
     if argv != ["serve"]:
         sys.stderr.write("orch helper: unknown command %r (this helper only serves sessions)\n" % (argv,))
         return 2
+    testclock.shift_for_tests()
     return serve(root, payload_dir, sys.stdin.buffer, sys.stdout.buffer)

@@ -12,13 +12,12 @@ waits past ``max_wait_s``: it fails naming the holder.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import time
 from typing import IO, Any, Dict, Optional
 
-from remote_payload.contract.jobfolder import read_json
+from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.jobdir.processes import pid_alive
 
 STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
@@ -105,12 +104,9 @@ def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional
                 pass
         if time.time() > limit:
             handle.close()
-            raise LeaseBusy("%s is held by pid %d (%s) since %s, no progress for %.0f s; try again later"
-                            % (os.path.basename(path), current["pid"], current["what"],
-                               time.strftime("%H:%M:%S", time.localtime(current["started"])), current["idle_s"]))
+            held = max(time.time() - current["started"], 0)  # a duration: right whatever the laptop's clock says
+            raise LeaseBusy("%s is held by pid %d (%s) for %.0f s, no progress for %.0f s; try again later"
+                            % (os.path.basename(path), current["pid"], current["what"], held, current["idle_s"]))
         time.sleep(0.2)
-    tmp = "%s.holder.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump({"pid": os.getpid(), "what": what, "started": time.time()}, f)
-    os.replace(tmp, path + ".holder")
+    atomic_write_json(path + ".holder", {"pid": os.getpid(), "what": what, "started": time.time()})
     return Lease(path, handle, took_over)

@@ -15,7 +15,7 @@ import subprocess
 import threading
 from typing import Any, Dict, List, Optional, Set
 
-from remote_payload.contract.jobfolder import atomic_write_json, read_json
+from remote_payload.contract.jobfolder import atomic_write_json, atomic_write_text, read_json
 
 PROBE = (
     "import json, platform, sys\n"
@@ -72,10 +72,7 @@ def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = N
         pass
     env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20, helpers).splitlines() if line.startswith("GPU ")]
     freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
-    tmp = os.path.join(repro, "pip-freeze.txt.tmp.%d" % os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(freeze)
-    os.replace(tmp, os.path.join(repro, "pip-freeze.txt"))
+    atomic_write_text(os.path.join(repro, "pip-freeze.txt"), freeze)
     atomic_write_json(os.path.join(repro, "environment.json"), env)
 
 

@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping
 
 from remote_payload.contract import envvars
 from remote_payload.contract.jobfolder import BASH_ENV as BASH_ENV_NAME
+from remote_payload.contract.jobfolder import atomic_write_text
 
 BASH_ENV_TEXT = """\
 # Written by orch: the job's front of PATH (the host's python first) survives a login shell.
@@ -79,7 +80,4 @@ def job_environment(base: Mapping[str, str], values: Mapping[str, str], job_dir:
 def write_bash_env(job_dir: str) -> None:
     """The file ``BASH_ENV`` names (written before setup; the same for every job)."""
     path = os.path.join(job_dir, BASH_ENV_NAME)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(BASH_ENV_TEXT)
-    os.replace(tmp, path)
+    atomic_write_text(path, BASH_ENV_TEXT)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
-from remote_payload.contract.jobfolder import DEEPSPEED_HOSTFILE, FREE_PORT
+from remote_payload.contract.jobfolder import DEEPSPEED_HOSTFILE, FREE_PORT, atomic_write_text
 from remote_payload.supervisor.direct import free_port
 
 
@@ -48,9 +48,7 @@ def _deepspeed(argv: List[str], job: Dict[str, Any], node: Dict[str, Any], env: 
             slots = max(ids) + 1 if i == rank and ids else int(other.get("nproc", 1))
             lines.append("node%d slots=%d\n" % (i, slots))
         path = os.path.join(job_dir, DEEPSPEED_HOSTFILE)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        os.replace(path + ".tmp", path)
+        atomic_write_text(path, "".join(lines))
     if not ids:
         return argv
     out = _without(argv, ("--num_gpus", "--num_nodes"))

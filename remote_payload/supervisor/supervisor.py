@@ -6,6 +6,10 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
 
 - ``status.json`` is rewritten atomically: state, pids, process group, boot id, heartbeat,
   exit code, reason. A terminal state is written only after ``manifest.json`` is complete.
+- A full disk never loses the end: room for the terminal status is set aside at the start
+  (``jobdir/reserve.py``) and given up when a write at the end meets a full disk. A job during
+  which a write of orch's met a full disk, or whose disk is full when it ends, ends ``failed``
+  with ``disk full`` and the path in its reason, never ``succeeded``; no temporary is left.
 - The end is fast: the recorded environment (``repro.Recorder``) and a manifest of what the job
   has written so far (``ManifestCache``) are made while the job runs, so after its last process
   exits only new or changed files are hashed before the terminal state. A record still running
@@ -43,10 +47,11 @@ if __name__ == "__main__":  # run as a script: imports start at the payload fold
 from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
-from remote_payload.jobdir import processes  # noqa: E402
+from remote_payload.jobdir import processes, testclock  # noqa: E402
 from remote_payload.jobdir import record as repro  # noqa: E402
 from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
+from remote_payload.jobdir.reserve import Reserve, disk_full, full_at  # noqa: E402
 from remote_payload.supervisor import (  # noqa: E402
     allocation,  # noqa: E402
     attempt,
@@ -79,6 +84,8 @@ class Supervisor:
         self.recorder: Optional[repro.Recorder] = None
         self.manifests: Optional[ManifestCache] = None
         self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
+        self.reserve = Reserve(job_dir)
+        self.disk_error: Optional[str] = None  # the first write of orch's that met a full disk: "PATH: error"
         old = read_json(self.status_path) or {}
         number = int(old.get("attempt", 0)) + 1
         now = time.time()
@@ -95,14 +102,34 @@ class Supervisor:
         self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
 
     # -- state -------------------------------------------------------------------------
-    def update(self, **fields: Any) -> None:
+    def update(self, final: bool = False, **fields: Any) -> None:
+        """Record the status. A write that meets a full disk is noted (``disk_full_at``) and
+        skipped while the job runs; the ``final`` one gives up the reserve and tries again, and
+        raises only when that fails too."""
         with self.lock:
             procs = self.job_procs() if self.child is not None else []
             self.status.update(fields, heartbeat=time.time(), procs=[list(p) for p in procs])
-            atomic_write_json(self.status_path, self.status)
+            try:
+                atomic_write_json(self.status_path, self.status)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                self.disk_full_at(self.status_path, exc)
+                if final:
+                    self.reserve.release()
+                    atomic_write_json(self.status_path, self.status)
+
+    def disk_full_at(self, path: str, exc: OSError) -> None:
+        if self.disk_error is None:
+            self.disk_error = "%s: %s" % (path, exc.strerror or exc)
 
     def say(self, message: str) -> None:
-        self.log.write(("[orch] %s\n" % message).encode("utf-8", "replace"))
+        """A ``[orch]`` line in the node's log; never raises (a full disk is noted)."""
+        try:
+            self.log.write(("[orch] %s\n" % message).encode("utf-8", "replace"))
+        except OSError as exc:
+            if disk_full(exc):
+                self.disk_full_at(self.log.name, exc)
 
     def heartbeat(self) -> None:
         period = float(self.job.get("heartbeat_s", 2.0))
@@ -221,7 +248,8 @@ class Supervisor:
 
     def finish(self, state: str, exit_code: Optional[int], reason: Optional[str]) -> None:
         """Give the GPUs back (``gpuqueue.release``), write the complete manifest, then the
-        terminal state (under the job folder's flock)."""
+        terminal state (under the job folder's flock). A full disk makes it ``failed`` (``_disk_full``)."""
+        state, reason = self._disk_full(state, reason)
         self.say("job %s%s" % (state, ": " + reason if reason else ""))
         gpuqueue.release(self.job_dir, self.job["job_id"], self.node_rank)
         if self.node_rank == 0:  # before the end is written, so its line is in the log a follower reads
@@ -230,13 +258,34 @@ class Supervisor:
         manifest_path = os.path.join(self.job_dir, "manifest.json")
         cached = self.manifests.stop() if self.manifests is not None else None
         with Flock(self.job_dir):  # an earlier attempt's late refresh (onfinish.refresh_late) never crosses it
-            try:
-                atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
-                self.manifest_written = file_key(manifest_path)
-            except OSError as exc:
-                state, reason = "failed", "cannot write manifest.json: %s" % exc
-                self.say(reason)
-            self.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+            for _ in range(2):  # again once the reserve is given up, when the disk was full
+                try:
+                    atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
+                    self.manifest_written = file_key(manifest_path)
+                    break
+                except OSError as exc:
+                    if not disk_full(exc):
+                        state, reason = "failed", "cannot write manifest.json: %s" % exc
+                        self.say(reason)
+                        break
+                    self.disk_full_at(manifest_path, exc)
+                    if not self.reserve.release():
+                        break
+            if self._disk_full(state, reason) != (state, reason):  # the manifest met the full disk
+                state, reason = self._disk_full(state, reason)
+                self.say("job %s: %s" % (state, reason))
+            self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
+        self.reserve.release()
+
+    def _disk_full(self, state: str, reason: Optional[str]) -> "tuple[str, Optional[str]]":
+        """``(state, reason)``, or ``failed`` with ``disk full: PATH: ...`` added when a write of
+        orch's met a full disk during the job or its folder's disk is full now (a cancelled job
+        stays cancelled)."""
+        full = self.disk_error or full_at(self.job_dir)
+        if full is None or state == "cancelled" or "disk full" in (reason or ""):
+            return state, reason
+        why = "disk full: %s" % full
+        return "failed", ("%s; %s" % (reason, why) if state == "failed" and reason else why)
 
     def main(self) -> int:
         processes.become_subreaper()  # orphaned workers stay in this tree, so cancel reaches them
@@ -244,6 +293,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if self.slurm:
             signal.signal(signal.SIGUSR1, self.on_warning)
+        self.reserve.make()
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
         environment.write_bash_env(self.job_dir)
@@ -318,11 +368,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--job-dir", required=True)
     parser.add_argument("--node-rank", type=int, default=0)
     args = parser.parse_args(argv)
+    testclock.shift_for_tests()
     sup = Supervisor(os.path.abspath(args.job_dir), args.node_rank)
     try:
         return sup.main()
     except Exception as exc:  # the state must never stay "running" after a crash
         sup.say("supervisor error: %r" % (exc,))
+        if disk_full(exc):
+            sup.disk_full_at(getattr(exc, "filename", None) or sup.job_dir, exc)
         sup.finish("failed", None, "supervisor error: %s" % exc)
         raise
 

@@ -1,5 +1,5 @@
-"""Killed supervisors and trainers, a restarted server, a full disk, two submits at once
-(issue 4, faults 5, 6, 8, 9)."""
+"""Killed supervisors and trainers, a restarted server, a full disk (at sync, at a job's end,
+with its supervisor gone), two submits at once (issue 4, faults 5, 6, 8, 9; issue 23, 10)."""
 
 from __future__ import annotations
 
@@ -126,18 +126,55 @@ def test_full_disk_fails_clearly_and_freeing_space_recovers(orch: Orch, sshd, ti
     assert (ws / "data.bin").read_bytes() == big.read_bytes()
 
 
+HOG = """\
+import os, pathlib
+out = pathlib.Path(os.environ['ORCH_JOB_DIR']) / 'outputs'
+out.mkdir(exist_ok=True)
+try:  # 8 MB, or until the disk is full: the job swallows the error and exits 0
+    with open(out / 'huge.bin', 'wb', buffering=0) as f:
+        for _ in range(128):
+            f.write(os.urandom(65536))
+except OSError:
+    pass
+"""
+
+
 def test_a_job_that_fills_the_disk_is_never_reported_succeeded(orch: Orch, sshd, tiny_disk: Path) -> None:
     orch("hosts", "add", "small", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
          "--root", str(tiny_disk / "orch"), "--python", sys.executable, "--trust")
     spec = write_job(orch.cwd, "hog", "small", ["python", "hog.py"])
-    (orch.cwd / "ws" / "hog.py").write_text(
-        "import os, pathlib\nout = pathlib.Path(os.environ['ORCH_JOB_DIR']) / 'outputs'\nout.mkdir(exist_ok=True)\n"
-        "(out / 'huge.bin').write_bytes(os.urandom(8_000_000))\n")
+    (orch.cwd / "ws" / "hog.py").write_text(HOG)
     result = json.loads(orch("submit", str(spec), "--follow", "--json", check=None).stdout)
-    assert result["state"] in ("failed", "lost") and result["state"] != "succeeded"
+    job = result["job_id"]
+    status = orch.json("status", job)
+    assert status["state"] == "failed", status  # exit 0, but its end met a full disk: never succeeded, never lost
+    assert "disk full" in status["reason"] and str(tiny_disk / "orch" / "jobs" / job) in status["reason"]
+    assert list((tiny_disk / "orch").rglob("*.tmp.*")) == []  # nothing half-written left behind
+    assert json.loads((tiny_disk / "orch" / "jobs" / job / "status.json").read_text())["state"] == "failed"
+    shown = orch("status", job, env={"COLUMNS": "80"}).stdout
+    assert "failed" in shown and "disk full" in shown
     subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_disk)], check=True)
-    orch("resume", result["job_id"], "--follow")
-    assert orch.json("status", result["job_id"])["state"] == "succeeded"
+    orch("resume", job, "--follow")
+    assert orch.json("status", job)["state"] == "succeeded"
+    assert not list((tiny_disk / "orch").rglob("*.tmp.*"))
+
+
+def test_a_supervisor_gone_while_the_disk_is_full_shows_failed_not_lost(orch: Orch, sshd, tiny_disk: Path) -> None:
+    orch("hosts", "add", "small", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(tiny_disk / "orch"), "--python", sys.executable, "--trust")
+    spec = write_job(orch.cwd, "hog", "small", ["python", "hog.py"])
+    (orch.cwd / "ws" / "hog.py").write_text(HOG + "(out / 'full').exists() or open(out / 'full', 'w')\n"
+                                            "import time; time.sleep(300)\n")
+    job = orch.json("submit", str(spec))["job_id"]
+    folder = tiny_disk / "orch" / "jobs" / job
+    wait_for = time.time() + 120
+    while not (folder / "outputs" / "full").exists() and time.time() < wait_for:
+        time.sleep(0.2)
+    st = json.loads((folder / "status.json").read_text())
+    for pid in [st["supervisor_pid"]] + [p[0] for p in st.get("procs") or []]:  # nothing left to record the end
+        os.kill(pid, signal.SIGKILL)
+    status = orch.json("status", job)
+    assert status["state"] == "failed" and "disk full" in status["reason"] and str(folder) in status["reason"]
 
 
 def test_two_submits_at_once_to_one_host(orch: Orch, box: str) -> None:

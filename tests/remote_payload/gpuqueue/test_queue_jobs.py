@@ -2,8 +2,9 @@
 (tests/support/gpuqueue.py): side by side when the box has room, one after another when not,
 `queued #N` in orch status and orch queue, priority before FIFO, cancel of a queued job, a
 queued job started with no laptop around, a supervisor killed while queued, a dead holder's
-GPUs freed, GPUs busy with other processes never handed out, never two jobs on one GPU, and
-the idle guard counting a queued job as work."""
+GPUs freed, an unsupervised job holding its GPU until its processes end (and resume or
+cancel handing it over), GPUs busy with other processes never handed out, never two jobs on
+one GPU, and the idle guard counting a queued job as work."""
 
 from __future__ import annotations
 
@@ -165,3 +166,46 @@ def test_queue_without_jobs_and_on_a_slurm_host(orch: Orch) -> None:
     orch("hosts", "add", "lab", "--ssh", "ssh -p 9 u@127.0.0.1", "--scheduler", "slurm")
     refused = orch("queue", "lab", check=2)
     assert "lab is a Slurm cluster: its queue is Slurm's" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_an_unsupervised_job_keeps_its_gpu_until_its_processes_end(orch: Orch, box: str, gate: Gate) -> None:
+    a = submit(orch, gate, box, "a", gpus=1)
+    gate.wait_started("a")
+    wait_for("a's process tree in status.json", lambda: json.loads(
+        (orch.job_dir(a) / "status.json").read_text()).get("procs"))
+    _kill_supervisor(orch, a)  # only the supervisor: hold.py still runs on GPU 0
+    assert orch.json("status", a).get("unsupervised") is True
+    b = submit(orch, gate, box, "b", gpus=1)
+    queued_at(orch, b, 1)
+    shown = orch("queue", box).stdout
+    assert f"{a}  unsupervised  0" in shown and f"1  {b}  queued" in shown
+    wait_for("a few queue passes", lambda: "queued #1" in (orch.job_dir(b) / "logs" / "node0.log").read_text())
+    assert gate.started("b") is None and orch.json("status", b)["state"] == "queued"
+    gate.release("a")  # a's last process ends: only now is GPU 0 free
+    assert gate.wait_started("b") == "0"
+    gate.release("b")
+    assert orch.wait_state(b, ALL_DONE)["state"] == "succeeded"
+    assert gate.ran("a")["end"] < gate.ran("b")["start"]
+
+
+def test_resume_and_cancel_of_an_unsupervised_job_hand_its_gpu_over(orch: Orch, box: str, gate: Gate) -> None:
+    a = submit(orch, gate, box, "a", gpus=1)
+    gate.wait_started("a")
+    wait_for("a's process tree", lambda: json.loads((orch.job_dir(a) / "status.json").read_text()).get("procs"))
+    _kill_supervisor(orch, a)
+    b = submit(orch, gate, box, "b", gpus=1)
+    queued_at(orch, b, 1)
+    (gate.path / "a.started").unlink()
+    orch("resume", a)  # stops a's earlier attempt first: b, waiting longer, gets GPU 0; a queues behind it
+    assert gate.wait_started("b") == "0"
+    queued_at(orch, a, 1)
+    assert gate.started("a") is None
+    wait_for("b's process tree", lambda: json.loads((orch.job_dir(b) / "status.json").read_text()).get("procs"))
+    _kill_supervisor(orch, b)
+    assert orch.json("status", b).get("unsupervised") is True
+    assert gate.started("a") is None
+    orch("cancel", b, "--grace", "2")  # stops b's processes: a gets GPU 0
+    assert gate.wait_started("a") == "0"
+    assert orch.wait_state(b, ALL_DONE)["state"] == "cancelled"
+    gate.release("a")
+    assert orch.wait_state(a, ALL_DONE)["state"] == "succeeded"

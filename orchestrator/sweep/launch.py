@@ -23,7 +23,7 @@ from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
-from orchestrator.jobs.submit import Say, checked_plan, connect_all, plan_syncs, start_nodes, submission_key
+from orchestrator.jobs.submit import Say, checked_plan, claim, connect_all, plan_syncs, start_nodes, submission_key
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
 from orchestrator.state.registry import SUBMITTING, Registry, SweepEntry
@@ -100,6 +100,8 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
         for combo in todo:
             remote, hello = remotes[combo.host], hellos[combo.host]
             key = submission_key(combo.loaded, [remote.host])
+            if not dry_run:  # a live submit of this very combination is refused, never joined
+                claim(stack, key, combo.loaded, registry)
             earlier = registry.unconfirmed(key)
             job_id = earlier.job_id if earlier else make_job_id(combo.loaded.spec.name, datetime.now(), os.urandom(8))
             plan, more = checked_plan(combo.loaded, project, [remote], [hello], job_id)
@@ -118,6 +120,9 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
             registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], job.plan.job_dir,
                          SUBMITTING, {"submission": job.key, **slurmcheck.log_nodes(job.plan)},
                          sweep=entry_for(name, combo))
+        staged = {host: f"sweep-{os.urandom(6).hex()}-{i}" for i, host in enumerate(names)}  # each host's code
+        for host, sync_plan in zip(names, sync_plans):
+            sync_plan.stage = staged[host]
         parallel(lambda i: transfer.send(remotes[names[i]], project, workspace, sync_plans[i]), range(len(names)))
         pause("after-sync")
         git = repro.git_state(workspace)
@@ -128,7 +133,8 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                 assert job.plan is not None
                 tell: Say = lambda m, c=combo: say(f"combination {c.index}/{c.total} ({c.label}): {m}")  # noqa: E731
                 extra = {"project": project, "repro": repro.record(combo.loaded, git)}
-                start_nodes([remotes[combo.host]], job.plan, extra, tell)
+                last = combo is [c for c in todo if c.host == combo.host][-1]  # takes the host's staged code
+                start_nodes([remotes[combo.host]], job.plan, extra, tell, [staged[combo.host]], last)
                 registry.update(job.job_id, "pending", slurmcheck.log_nodes(job.plan))
                 started.append(combo.index)
         except BaseException:

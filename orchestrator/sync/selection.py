@@ -53,13 +53,19 @@ class SyncPlan:
     base: str | None = None  # the generation of the server's record this plan was made from
     recorded: dict[str, dict[str, Any]] = field(default_factory=dict)  # that record's files
     changed: dict[str, dict[str, Any]] = field(default_factory=dict)  # entries that differ from it
+    stage: str | None = None  # set the sent tree apart on the server under this token (a submit's code)
 
     def control(self) -> dict[str, Any]:
         """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
-        entry) and the deletions."""
-        if self.base is None:
-            return {"delete": self.delete, "entries": self.entries}
-        return {"delete": self.delete, "base": self.base, "changed": self.changed}
+        entry) and the deletions; with ``stage``, the whole tree this sync means, each file
+        by the hash the laptop knows (none yet for one this stream brings for the first time),
+        for ``remote_payload/helper/stage.py``."""
+        out: dict[str, Any] = {"delete": self.delete, "entries": self.entries} if self.base is None else \
+            {"delete": self.delete, "base": self.base, "changed": self.changed}
+        if self.stage is not None:
+            tree = {rel: [e["sha256"] if e["link"] is None else None, e["link"]] for rel, e in self.entries.items()}
+            out["stage"] = {"token": self.stage, "tree": tree}
+        return out
 
 
 def project_name(workspace: Path) -> str:

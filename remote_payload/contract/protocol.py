@@ -114,7 +114,8 @@ REQUESTS: Dict[str, Request] = {
                       "sync": (dict, OPT), "payload": (str, OPT), "slurm": (dict, OPT)}),
     "receive": Request({"project": (str, REQUIRED), "stall_s": (NUMBER, REQUIRED)},
                        {"written": (int, REQUIRED), "deleted": (int, REQUIRED), "bytes": (int, REQUIRED),
-                        "generation": (str, REQUIRED), "changes": (dict, OPT)}, reads=True),
+                        "generation": (str, REQUIRED), "changes": (dict, OPT),
+                        "stage": (dict, OPT)}, reads=True),  # the submit's code set apart (helper/stage.py)
     "launch": Request({"request": (dict, REQUIRED)},
                       {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT),
                        "job_dir": (str, OPT), "slurm_job": (str, OPT)}, locked=True, statuses="status"),

@@ -86,11 +86,16 @@ def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str
     return out
 
 
-def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S) -> Dict[str, Any]:
+Finish = Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str]], Dict[str, Any]]
+
+
+def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S,
+            finish: Optional[Finish] = None) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
     changed files. Each file lands as ``.orch-tmp-<pid>-<name>`` and is renamed into place (a
     broken stream leaves no temporary behind); then deletions of recorded files; then the
-    record."""
+    record. ``finish(control, record, received hashes)`` runs last, still under the
+    workspace's lease; its answer joins the reply (``stage.finisher``: the submit's code)."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
@@ -169,6 +174,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                                     "generation": generation})
     os.unlink(p["pending"])
     out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
+    if finish is not None:
+        out.update(finish(control, files, received))
     if control.get("base") is not None and control["base"] == (whole.get("generation") or ""):  # the laptop holds ``old``
         out["changes"] = {rel: files.get(rel) for rel in set(old) | set(files) if old.get(rel) != files.get(rel)}
     return out
@@ -247,22 +254,6 @@ def remove_synced_folder(ws: str, rel: str, old: Dict[str, Any]) -> None:
             raise SyncError("%s is a folder on the server holding files orch did not sync (e.g. %s), where the laptop "
                             "has a file: move them away on the server and submit again" % (rel, left))
         os.rmdir(dirpath)
-
-
-def snapshot(root: str, project: str, code_dir: str) -> List[str]:
-    """Hard-link every recorded file of the workspace into ``code_dir`` (symlinks copied);
-    return their relative paths."""
-    ws = _paths(root, project)["ws"]
-    files = record(root, project)
-    os.makedirs(code_dir, exist_ok=True)
-    for rel in files:
-        src, dst = safe_join(ws, rel), safe_join(code_dir, rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if os.path.islink(src):
-            os.symlink(os.readlink(src), dst)
-        else:
-            os.link(src, dst)
-    return sorted(files)
 
 
 def link_tree(src: str, dst: str, only: "Optional[Collection[str]]" = None) -> List[str]:

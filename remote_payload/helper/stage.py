@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import sha256_file
-from remote_payload.helper.workspace import link_tree, safe_join
+from remote_payload.helper.workspace import Finish, link_tree, safe_join
 
 STALE_S = 24 * 3600.0  # a staged tree no launch took (an interrupted submit's) is removed after this
 
@@ -36,22 +36,28 @@ def staged_dir(root: str, token: str) -> str:
     return os.path.join(root, "staged", token)
 
 
-def finisher(root: str, ws: str) -> Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str]], Dict[str, Any]]:
+Progress = Callable[[], None]
+
+
+def finisher(root: str, ws: str) -> Finish:
     """What ``workspace.receive`` runs last, under its lease: stage the control's ``stage``
     request, if it has one (``{"stage": <stage's answer>}``, else nothing)."""
 
-    def finish(control: Dict[str, Any], record: Dict[str, Any], received: Dict[str, str]) -> Dict[str, Any]:
+    def finish(control: Dict[str, Any], record: Dict[str, Any], received: Dict[str, str],
+               progress: Progress) -> Dict[str, Any]:
         if control.get("stage") is None:
             return {}
-        return {"stage": stage(root, ws, control["stage"], record, received)}
+        return {"stage": stage(root, ws, control["stage"], record, received, progress)}
 
     return finish
 
 
-def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Dict[str, str]) -> Dict[str, Any]:
+def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Dict[str, str],
+          progress: Progress) -> Dict[str, Any]:
     """Stage ``request["tree"]`` of workspace ``ws`` as ``request["token"]`` (see the module
     docstring). The caller holds the workspace's lease; ``record`` is the sync record just
-    written, ``received`` the hash of each file that arrived in this stream. Returns
+    written, ``received`` the hash of each file that arrived in this stream; ``progress`` is
+    the lease's sign of life, given per file. Returns
     ``{"staged": n}``, or ``{"differ": [rel, ...]}`` with nothing staged."""
     if not isinstance(request, dict) or not isinstance(request.get("token"), str) \
             or not isinstance(request.get("tree"), dict):
@@ -68,6 +74,7 @@ def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Di
         for rel, want in request["tree"].items():
             if not _link_verified(ws, tmp, rel, want, record.get(rel), received.get(rel)):
                 differ.append(rel)
+            progress()
         if differ:
             return {"differ": sorted(differ)}
         shutil.rmtree(final, ignore_errors=True)  # an earlier round's, or an interrupted submit's under this token

@@ -86,7 +86,7 @@ def sync_state(root: str, project: str, known: Optional[str] = None) -> Dict[str
     return out
 
 
-Finish = Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str]], Dict[str, Any]]
+Finish = Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str], Callable[[], None]], Dict[str, Any]]
 
 
 def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S,
@@ -94,7 +94,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
     changed files. Each file lands as ``.orch-tmp-<pid>-<name>`` and is renamed into place (a
     broken stream leaves no temporary behind); then deletions of recorded files; then the
-    record. ``finish(control, record, received hashes)`` runs last, still under the
+    record. ``finish(control, record, received hashes, progress)`` runs last, still under the
     workspace's lease; its answer joins the reply (``stage.finisher``: the submit's code)."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
@@ -175,7 +175,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     os.unlink(p["pending"])
     out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
     if finish is not None:
-        out.update(finish(control, files, received))
+        out.update(finish(control, files, received, held.progress))
     if control.get("base") is not None and control["base"] == (whole.get("generation") or ""):  # the laptop holds ``old``
         out["changes"] = {rel: files.get(rel) for rel in set(old) | set(files) if old.get(rel) != files.get(rel)}
     return out

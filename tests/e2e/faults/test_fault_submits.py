@@ -11,35 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.orch import Orch, tmpfs, write_job
+from tests.support.orch import Orch, release, submit_paused, tmpfs, write_job
 
 V1, V2 = "print('CODE VERSION 1')\n", "print('CODE VERSION 2')\n"
-
-
-def paused(orch: Orch, spec: Path, point: str, hooks: Path, *args: str) -> subprocess.Popen:
-    """``orch submit SPEC --json ARGS`` in the background, held at ``point``
-    (orchestrator/testhooks.py) until ``hooks/<point>.go`` exists."""
-    hooks.mkdir(exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec), "--json", *args],
-                            cwd=orch.cwd, env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 90
-    while not (hooks / f"{point}.reached").exists():
-        assert proc.poll() is None, f"submit ended before {point}: {proc.communicate()}"
-        assert time.time() < deadline, f"submit never reached {point}"
-        time.sleep(0.05)
-    return proc
-
-
-def go(proc: subprocess.Popen, point: str, hooks: Path) -> tuple[int, str, str]:
-    (hooks / f"{point}.go").touch()
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, out, err
 
 
 def two_jobs_one_checkout(orch: Orch, host: str) -> tuple[Path, Path]:
@@ -59,14 +37,14 @@ def log_of(orch: Orch, job_id: str) -> str:
 def test_a_launch_runs_the_tree_its_own_submit_sent_when_another_submit_syncs_before_it_launches(
         orch: Orch, box: str, tmp_path: Path) -> None:
     alpha, beta = two_jobs_one_checkout(orch, box)
-    first = paused(orch, alpha, "after-sync", tmp_path / "hooks")  # synced V1; not launched yet
+    first = submit_paused(orch, alpha, "after-sync", tmp_path / "hooks")  # synced V1; not launched yet
     ws = orch.cwd / "ws"
     (ws / "main.py").write_text(V2)  # the code edited between alpha's sync and its launch ...
     (ws / "only-in-v1.txt").unlink()
     (ws / "only-in-v2.txt").write_text("v2")
     second = json.loads(orch("submit", str(beta), "--follow", "--json").stdout)  # ... and beta synced it
     assert second["state"] == "succeeded" and "CODE VERSION 2" in log_of(orch, second["job_id"])
-    code, out, err = go(first, "after-sync", tmp_path / "hooks")
+    code, out, err = release(first, "after-sync", tmp_path / "hooks")
     assert code == 0, err
     job = json.loads(out)["job_id"]
     assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
@@ -81,13 +59,13 @@ def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not
         orch: Orch, box: str, tmp_path: Path) -> None:
     alpha, beta = two_jobs_one_checkout(orch, box)
     orch("submit", str(alpha), "--follow")  # the server holds V1: alpha's next sync sends nothing
-    first = paused(orch, alpha, "before-sync", tmp_path / "hooks")
+    first = submit_paused(orch, alpha, "before-sync", tmp_path / "hooks")
     main = orch.cwd / "ws" / "main.py"
     main.write_text(V2)
     second = json.loads(orch("submit", str(beta), "--follow", "--json").stdout)
     assert "CODE VERSION 2" in log_of(orch, second["job_id"])
     main.write_text(V1)  # the laptop holds what alpha planned again; the server holds beta's V2
-    code, out, err = go(first, "before-sync", tmp_path / "hooks")
+    code, out, err = release(first, "before-sync", tmp_path / "hooks")
     assert code == 0, err
     job = json.loads(out)["job_id"]
     assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
@@ -98,15 +76,15 @@ def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not
 def test_two_submits_of_one_job_file_at_once_start_one_job_and_refuse_the_second(
         orch: Orch, box: str, tmp_path: Path) -> None:
     spec = write_job(orch.cwd, "twice", box, ["python", "-c", "print('ran')"])
-    first = paused(orch, spec, "after-sync", tmp_path / "hooks")
+    first = submit_paused(orch, spec, "after-sync", tmp_path / "hooks")
     reserved = orch.json("ls")[0]
     assert reserved["state"] == "submitting"
     assert f"being submitted (pid {first.pid}" in orch("status").stdout
     again = orch("submit", str(spec), check=2)
     assert "another orch submit of" in again.stderr and f"pid {first.pid}" in again.stderr
     assert reserved["job_id"] in again.stderr and "interrupted" not in again.stderr
-    assert "syncing" not in again.stderr  # refused before connecting: nothing sent twice
-    code, out, err = go(first, "after-sync", tmp_path / "hooks")
+    assert "connecting to" not in again.stderr  # refused before connecting: nothing sent twice
+    code, out, err = release(first, "after-sync", tmp_path / "hooks")
     assert code == 0 and json.loads(out)["job_id"] == reserved["job_id"]
     assert [j["job_id"] for j in orch.json("ls")] == [reserved["job_id"]]
     assert len(list((orch.remote_root / "jobs").glob("twice-*"))) == 1
@@ -118,7 +96,7 @@ def test_two_submits_of_one_job_file_at_once_start_one_job_and_refuse_the_second
 def test_a_submit_killed_or_interrupted_leaves_its_reservation_to_the_rerun(
         orch: Orch, box: str, tmp_path: Path, stop: signal.Signals) -> None:
     spec = write_job(orch.cwd, "cut", box, ["python", "-c", "print('ran once')"])
-    first = paused(orch, spec, "after-sync", tmp_path / "hooks")
+    first = submit_paused(orch, spec, "after-sync", tmp_path / "hooks")
     reserved = orch.json("ls")[0]["job_id"]
     first.send_signal(stop)
     _, err = first.communicate(timeout=60)

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import sha256_file
-from remote_payload.helper.workspace import Finish, link_tree, safe_join
+from remote_payload.helper.workspace import Finish, link_tree, tree_files, safe_join
 
 STALE_S = 24 * 3600.0  # a staged tree no launch took (an interrupted submit's) is removed after this
 
@@ -149,10 +149,10 @@ def take(root: str, token: str, code_dir: str, last: bool) -> List[str]:
     if not os.path.isdir(src):
         raise StageError("the code this submit sent is not staged on this host any more (%s): nothing was "
                          "started; run the same orch submit again" % src)
-    if last:
-        os.rename(src, code_dir)
-        return _listing(code_dir)
-    return link_tree(src, code_dir)
+    if not last:
+        return link_tree(src, code_dir)
+    os.rename(src, code_dir)
+    return tree_files(code_dir)
 
 
 def discard(root: str, token: str) -> None:
@@ -161,13 +161,3 @@ def discard(root: str, token: str) -> None:
         shutil.rmtree(staged_dir(root, token), ignore_errors=True)
     except StageError:
         pass
-
-
-def _listing(top: str) -> List[str]:
-    """Every file and symlink under ``top``, as sorted relative paths."""
-    out: List[str] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        rel_dir = os.path.relpath(dirpath, top)
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            out.append(name if rel_dir == "." else os.path.join(rel_dir, name))
-    return sorted(out)

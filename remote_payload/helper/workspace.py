@@ -256,25 +256,33 @@ def remove_synced_folder(ws: str, rel: str, old: Dict[str, Any]) -> None:
         os.rmdir(dirpath)
 
 
+def tree_files(top: str) -> List[str]:
+    """Every file and symlink (to a file or a folder) under ``top``, as sorted relative
+    paths; none for a missing ``top``."""
+    out: List[str] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        rel_dir = os.path.relpath(dirpath, top)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            out.append(name if rel_dir == "." else os.path.join(rel_dir, name))
+    return sorted(out)
+
+
 def link_tree(src: str, dst: str, only: "Optional[Collection[str]]" = None) -> List[str]:
-    """Hard-link the files of ``src`` into ``dst`` (symlinks copied as links); ``only``
-    limits it to those relative paths. A missing ``src`` links nothing. Returns the
-    relative paths linked."""
+    """Hard-link the files of ``src`` into ``dst`` (symlinks, to files or folders, copied as
+    links); ``only`` limits it to those relative paths. A missing ``src`` links nothing.
+    Returns the relative paths linked."""
     linked: List[str] = []
-    for dirpath, _, filenames in os.walk(src):
-        rel_dir = os.path.relpath(dirpath, src)
-        for name in filenames:
-            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if only is not None and rel not in only:
-                continue
-            source, target = os.path.join(dirpath, name), os.path.join(dst, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.islink(source):
-                os.symlink(os.readlink(source), target)
-            else:
-                os.link(source, target)
-            linked.append(rel)
-    return sorted(linked)
+    for rel in tree_files(src):
+        if only is not None and rel not in only:
+            continue
+        source, target = os.path.join(src, rel), os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+        else:
+            os.link(source, target)
+        linked.append(rel)
+    return linked
 
 
 def list_workspaces(root: str, limit: int = 50) -> List[Dict[str, Any]]:

@@ -38,20 +38,22 @@ class Ending:
     kind: str
     why: str
     cause: str = ""
+    launching: bool = False  # it stopped while the launch requests were out: some node may have started
 
-    def as_detail(self) -> dict[str, str]:
-        return {"ended": self.kind, "why": self.why[:300], "cause": self.cause}
+    def as_detail(self) -> dict[str, Any]:
+        return {"ended": self.kind, "why": self.why[:300], "cause": self.cause, "launching": self.launching}
 
 
-def classify(exc: BaseException) -> Ending:
-    """The one verdict on why a submit stopped (see the module docstring)."""
+def classify(exc: BaseException, launching: bool = False) -> Ending:
+    """The one verdict on why a submit stopped (see the module docstring); ``launching``: it
+    stopped after the launch requests went out."""
     if isinstance(exc, KeyboardInterrupt):
-        return Ending(INTERRUPTED, "interrupted (Ctrl-C)")
+        return Ending(INTERRUPTED, "interrupted (Ctrl-C)", launching=launching)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     cause = next((words for pattern, words in CAUSES if pattern.search(str(exc))), "")
     if isinstance(exc, HostError) or (isinstance(exc, RemoteError) and any(s in text for s in STALLED)):
-        return Ending(INTERRUPTED, text)
-    return Ending(FAILED, text, cause)
+        return Ending(INTERRUPTED, text, launching=launching)
+    return Ending(FAILED, text, cause, launching)
 
 
 class SubmitEnded(OrchError):
@@ -61,20 +63,25 @@ class SubmitEnded(OrchError):
 
     def __init__(self, cause: OrchError, job_id: str, ending: Ending) -> None:
         self.cause, self.exit_code = cause, cause.exit_code
+        because = f": {ending.cause}" if ending.cause else ""
         if ending.kind == INTERRUPTED:
-            tail = (f"the submit was interrupted before {job_id} started: run the same orch submit again (it keeps "
-                    "that id and never starts the job twice)")
+            tail = (f"the submit was interrupted before {job_id} was confirmed started: run the same orch submit "
+                    "again (it keeps that id and never starts the job twice)")
+        elif ending.launching:  # a node may have started: say where to look, not "nothing"
+            tail = (f"the submit failed while launching {job_id}{because}; orch status {job_id} shows what started: "
+                    "fix that, then run the same orch submit again (no node starts twice)")
         else:
-            tail = (f"the submit failed before {job_id} started{': ' + ending.cause if ending.cause else ''}; "
-                    "nothing was started: fix that, then run orch submit again")
+            tail = (f"the submit failed before {job_id} started{because}; nothing was started: fix that, then run "
+                    "orch submit again")
         super().__init__(f"{cause}\n{tail}")
 
 
-def recorded(registry: Registry, job_id: str, reserved: dict[str, Any], exc: BaseException) -> BaseException:
+def recorded(registry: Registry, job_id: str, reserved: dict[str, Any], exc: BaseException,
+             launching: bool) -> BaseException:
     """Keep how the submit that reserved ``job_id`` ended with its reservation (still
     ``submitting``: a rerun reuses the id) and return what to raise: an ``OrchError`` as
     ``SubmitEnded``, anything else (Ctrl-C, a bug) as it is."""
-    ending = classify(exc)
+    ending = classify(exc, launching)
     registry.update(job_id, SUBMITTING, dict(reserved, submit=ending.as_detail()))
     return SubmitEnded(exc, job_id, ending) if isinstance(exc, OrchError) else exc
 
@@ -89,6 +96,7 @@ def reservation_reason(detail: dict[str, Any]) -> str:
     ended = detail.get("submit") if isinstance(detail.get("submit"), dict) else {}
     if ended.get("ended") == FAILED:
         cause = str(ended.get("cause") or "")
-        return (f"submit failed before launch{': ' + cause if cause else ''} ({str(ended.get('why') or '?')[:200]}); "
-                "nothing started: fix it and run orch submit again")
+        return (f"submit failed {'while launching' if ended.get('launching') else 'before launch'}"
+                f"{': ' + cause if cause else ''} ({str(ended.get('why') or '?')[:200]}): fix it and run the same "
+                "orch submit again")
     return "submit was interrupted before launch: run the same orch submit again"

@@ -171,14 +171,18 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             sync_plan.stage = token
         reserved = {"submission": key, **slurmcheck.log_nodes(plan)}
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING, reserved)
+        if earlier is not None:  # this submit's ending replaces the earlier one's
+            registry.update(job_id, SUBMITTING, reserved)
+        launching = False
         try:
             pause("before-sync")
             summaries = parallel(lambda i: transfer.send(remotes[i], project, workspace, sync_plans[i]),
                                  range(len(hosts)))
             pause("after-sync")
+            launching = True
             start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say, staged)
         except BaseException as exc:
-            raise outcome.recorded(registry, job_id, reserved, exc) from None
+            raise outcome.recorded(registry, job_id, reserved, exc, launching) from None
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
         lease.close()  # launched: the same file submitted again from now on is a new job
         if keep is not None:

@@ -41,6 +41,17 @@ def test_the_message_keeps_the_cause_and_its_exit_code_and_says_which_ending() -
     assert "failed before j-1 started: the disk is full; nothing was started" in str(failed)
     cut = HostError("connection to box lost")
     interrupted = SubmitEnded(cut, "j-1", classify(cut))
-    assert interrupted.exit_code == 3 and "interrupted before j-1 started" in str(interrupted)
+    assert interrupted.exit_code == 3 and "interrupted before j-1 was confirmed started" in str(interrupted)
     kept_changing = SubmitEnded(UsageError("these files kept changing"), "j-1", classify(UsageError("x")))
     assert kept_changing.exit_code == 2 and "failed before j-1 started; nothing was started" in str(kept_changing)
+
+
+def test_a_failure_once_the_launch_requests_went_out_never_says_nothing_started() -> None:
+    """A multi-node launch that one node refused: another node may run; the message says
+    where to look instead of "nothing was started"."""
+    refused = RemoteError("node2: launch failed: OSError: [Errno 28] No space left on device")
+    ending = classify(refused, launching=True)
+    message = str(SubmitEnded(refused, "j-1", ending))
+    assert ending.kind == FAILED and ending.as_detail()["launching"] is True
+    assert "failed while launching j-1: the disk is full; orch status j-1 shows what started" in message
+    assert "nothing was started" not in message

@@ -159,7 +159,7 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
         plan = _replan(root, plan, sorted(set(changed) | set(differ)), value["generation"], recorded)
     if not changed:
         raise RemoteError(f"{remote.host.name}: another sync of this workspace kept replacing {few(differ)} while "
-                          "this submit set its code apart: nothing was started; run orch submit again")
+                          "this submit set its code apart")
     raise UsageError(f"these files kept changing while they were sent: {few(changed)} — is a program writing "
                      "them? Stop it, or leave them out of the sync in .orchignore")
 

@@ -18,6 +18,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs.outcome import reservation_reason
 from orchestrator.state import fences, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
@@ -168,7 +169,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
             out[r.job_id]["stale"] = True
             continue
         if r.state == SUBMITTING and all(s["state"] == "unknown" for s in per_node):
-            out[r.job_id]["reason"] = "submit was interrupted before launch: run the same orch submit again"
+            out[r.job_id]["reason"] = reservation_reason(r.detail)
             continue
         per_node = _stop_stragglers(r, nodes_of(r, inventory), inventory, per_node)  # type: ignore[arg-type]
         status = job_status(r, per_node)  # type: ignore[arg-type]

@@ -3,7 +3,11 @@ at once.
 
 ``submit`` never starts a job twice: the job id is reserved in the registry under a
 submission key before anything is sent, a rerun of an interrupted submit reuses it, and the
-agent refuses an id that already exists on the host.
+agent refuses an id that already exists on the host. A live submit holds its key
+(``state/inflight.py``), so a second submit of the same file at the same time is refused
+rather than taking its reservation. Each node's code is set apart as it is sent
+(``sync.send`` with ``SyncPlan.stage``) and launched from there: what a job runs is what its
+own submit sent. How a submit that stopped ended is decided in ``outcome.py``.
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.jobs import launchconfig
+from orchestrator.jobs import launchconfig, outcome
 from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
 from orchestrator.spec.load import LoadedSpec, parse_spec
-from orchestrator.state import runs
+from orchestrator.state import inflight, runs
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync import excluded
 from orchestrator.sync import record as synccache
@@ -144,12 +148,14 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
                f"folders orch writes (fetch/plot results, marked {runs.MARKER}) are never synced"))
     for line in left_out.lines():
         say(line)
-    say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
-    with ExitStack() as stack:
+    key = submission_key(loaded, hosts)
+    with ExitStack() as lease, ExitStack() as stack:
+        if not dry_run:  # before anything is sent: a second live submit of this very file is refused
+            claim(lease, key, loaded, registry)
+        say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
         remotes = connect_all(hosts, inventory, trust, stack)
         hellos = parallel(lambda r: synccache.hello(r, project, gpus=True), remotes)
-        key = submission_key(loaded, hosts)
-        earlier = registry.unconfirmed(key)
+        earlier = registry.unconfirmed(key)  # left by a submit that is over: this one holds the key
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
         plan, cluster_warnings = checked_plan(loaded, project, remotes, hellos, job_id)
         warnings += cluster_warnings
@@ -160,16 +166,44 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
         sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
-        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING,
-                     {"submission": key, **slurmcheck.log_nodes(plan)})
-        summaries = transfer.send_all(remotes, project, workspace, sync_plans)  # Ctrl-C: says what was kept
-        pause("after-sync")
-        start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say)
+        staged = [f"{job_id}-{rank}" for rank in range(len(hosts))]  # each node's code, set apart as it is sent
+        for sync_plan, token in zip(sync_plans, staged):
+            sync_plan.stage = token
+        reserved = {"submission": key, **slurmcheck.log_nodes(plan)}
+        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING, reserved)
+        if earlier is not None:  # this submit's ending replaces the earlier one's
+            registry.update(job_id, SUBMITTING, reserved)
+        launching = False
+        try:
+            pause("before-sync")
+            summaries = transfer.send_all(remotes, project, workspace, sync_plans)  # Ctrl-C: says what was kept
+            pause("after-sync")
+            launching = True
+            start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say, staged)
+        except BaseException as exc:
+            raise outcome.recorded(registry, job_id, reserved, exc, launching) from None
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
+        lease.close()  # launched: the same file submitted again from now on is a new job
         if keep is not None:
             keep.push(stack.pop_all())
         return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {},
                          chosen)
+
+
+def claim(lease: ExitStack, key: str, loaded: LoadedSpec, registry: Registry) -> None:
+    """Hold submission ``key`` (``state/inflight.py``) in ``lease``. While another live submit
+    holds it, refuse (``UsageError``): two submits of one file at once are the same submission
+    twice (a double Enter, a retrying wrapper), and its promise is one job — the live submit
+    starts it; starting a second here would make a rerun ambiguous and send everything twice."""
+    try:
+        lease.enter_context(inflight.held(key))
+    except inflight.Busy as busy:
+        reserved = registry.unconfirmed(key)
+        raise UsageError(
+            f"another orch submit of {loaded.path} to the same host(s) is running ({busy.holder.describe()})"
+            f"{f', reserving {reserved.job_id}' if reserved else ''}: it starts this job once, so this one "
+            "starts nothing. Wait for it (orch status), or change the job file (e.g. name:) to run a second job"
+        ) from None
 
 
 def plan_syncs(remotes: list[Remote], hellos: list[dict[str, Any]], loaded: LoadedSpec,
@@ -208,11 +242,16 @@ def say_lock_holder(host: str, holder: Any, say: Say) -> None:
         f"for {idle:.0f} s; waiting — it is stopped after {transfer.STALL_S:.0f} s without progress")
 
 
-def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say) -> None:
-    """Send each node its launch request (job.json + ``extra``) and start its supervisor."""
+def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say,
+                staged: list[str] | None = None, last: bool = True) -> None:
+    """Send each node its launch request (job.json + ``extra``) and start its supervisor;
+    ``staged``: each node's code as its sync set it apart (``sync.send``), ``last``: no later
+    launch takes it (a sweep launches several jobs from one)."""
 
     def launch(rank: int) -> dict[str, Any]:
         request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, **extra}
+        if staged is not None:
+            request.update(staged=staged[rank], last=last)
         return remotes[rank].call("launch", request=request)
 
     replies = parallel(launch, range(len(remotes)))

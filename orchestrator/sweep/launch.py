@@ -41,11 +41,11 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import record as repro
 from orchestrator.jobs.nodes import parallel
-from orchestrator.jobs.submit import Say, checked_plan, plan_syncs, start_nodes, submission_key
+from orchestrator.jobs.submit import Say, checked_plan, claim, plan_syncs, start_nodes, submission_key
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
 from orchestrator.spec.load import LoadedSpec
-from orchestrator.state import reach
+from orchestrator.state import inflight, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry, SweepEntry
 from orchestrator.sweep.expand import Combination
 from orchestrator.sync import record as synccache
@@ -215,6 +215,8 @@ def _ask(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
 def _settle(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
     """Settle an earlier submit's reservation: ``_ask``'s answer, or ``"lost"`` when its
     host has been unreachable for ``ORCH_LOST_AFTER_S`` (the reservation recorded lost)."""
+    if inflight.holder(str(record.detail.get("submission", ""))) is not None:
+        return "inflight"  # another live submit is launching it: never settled from here
     how = _ask(hosts, registry, record)
     if how != "unknown":
         return how
@@ -279,6 +281,8 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                 key = submission_key(combo.loaded, [remote.host])
                 job_id = make_job_id(combo.loaded.spec.name, datetime.now(), os.urandom(8))
                 try:
+                    if not dry_run:  # a live submit of this very combination is refused, never joined
+                        claim(stack, key, combo.loaded, registry)
                     plan, more = checked_plan(combo.loaded, project, [remote], [hello], job_id)
                 except OrchError as exc:
                     missed[combo.index] = Missed(combo, _naming(combo.host, exc), exc.exit_code)
@@ -289,11 +293,14 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                 say(f"warning: {warning}")
             planned = [c for c in ready if c.index in jobs and not jobs[c.index].skipped]
             if not dry_run:
-                _sync(hosts, sorted({c.host for c in planned}), first, files, project, force, pull_remote_edits, say)
+                staged = _sync(hosts, sorted({c.host for c in planned}), first, files, project, force,
+                               pull_remote_edits, say)
                 pause("after-sync")
                 git = repro.git_state(workspace)
                 for combo in planned:
-                    outcome = _launch(hosts, registry, name, combo, jobs[combo.index], project, git, say)
+                    last = combo is [c for c in planned if c.host == combo.host][-1]  # takes the host's staged code
+                    outcome = _launch(hosts, registry, name, combo, jobs[combo.index], project, git, say,
+                                      (staged.get(combo.host), last))
                     if isinstance(outcome, Missed):
                         missed[combo.index] = outcome
                     else:
@@ -324,6 +331,7 @@ def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]
         outcomes = [(record, _settle(hosts, registry, record)) for record in reserved.get(combo.index, [])]
         started = [r for r, how in outcomes if how == "started"]
         silent = [r for r, how in outcomes if how == "unknown"]
+        live = [r for r, how in outcomes if how == "inflight"]
         if started:
             state = registry.get(started[0].job_id).state
             say(f"combination {combo.index} ({combo.label}) is {started[0].job_id} ({state}): its launch by an "
@@ -335,14 +343,19 @@ def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]
                 combo, f"its launch on {where} (job {silent[0].job_id}) was cut off and {where} does not answer: it "
                        f"may run there, so it starts nowhere else until {where} answers or has been unreachable for "
                        f"{reach.span(reach.lost_after_s())}", 3, silent[0].job_id)
+        elif live:
+            missed[combo.index] = Missed(combo, f"another orch submit is launching it now (job {live[0].job_id})", 2,
+                                         live[0].job_id)
         else:
             ready.append(combo)
     return ready
 
 
 def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, selection.LocalFile], project: str,
-          force: bool, pull_remote_edits: bool, say: Say) -> None:
-    """Sync the workspace to each host of ``names`` at once; a host whose sync fails is out."""
+          force: bool, pull_remote_edits: bool, say: Say) -> dict[str, str]:
+    """Sync the workspace to each host of ``names`` at once, each setting its tree apart
+    (``remote_payload/helper/stage.py``); a host whose sync fails is out. The stage token of
+    each host synced: every job launched there runs that tree."""
     plans: dict[str, selection.SyncPlan] = {}
     for n in [n for n in names if n in hosts.remotes]:
         try:
@@ -350,6 +363,8 @@ def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, 
                                   pull_remote_edits, say)[0]
         except OrchError as exc:
             hosts.fail(n, exc)
+            continue
+        plans[n].stage = f"sweep-{os.urandom(6).hex()}-{len(plans)}"
 
     names = list(plans)
 
@@ -360,14 +375,19 @@ def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, 
     # Ctrl-C: every stream stops at once and the Interrupted error says what each host kept
     transfer.send_all([hosts.remotes[n] for n in names], project, loaded.workspace_dir, [plans[n] for n in names],
                       failed)
+    return {n: str(plans[n].stage) for n in names if n in hosts.remotes}
 
 
 def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, job: SweepJob, project: str,
-            git: tuple[dict[str, Any] | None, str | None], say: Say) -> SweepJob | Missed:
+            git: tuple[dict[str, Any] | None, str | None], say: Say,
+            staged: tuple[str | None, bool]) -> SweepJob | Missed:
     """Launch one combination: ask its host first (a silent one gets no reservation), then
-    reserve the id and launch; a launch that fails is settled by asking the host again."""
+    reserve the id and launch; a launch that fails is settled by asking the host again.
+    ``staged``: the host's stage token (``_sync``) and whether this launch is the last to take
+    it (a tree no launch took is removed by the host after a day)."""
     if combo.host not in hosts.remotes:
         return Missed(combo, *hosts.down[combo.host])
+    assert staged[0] is not None, "every host still in the submit was synced"
     try:
         hosts.job_state(combo.host, job.job_id)
     except OrchError:
@@ -379,7 +399,7 @@ def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, jo
     tell: Say = lambda m: say(f"combination {combo.index}/{combo.total} ({combo.label}): {m}")  # noqa: E731
     extra = {"project": project, "repro": repro.record(combo.loaded, git)}
     try:
-        start_nodes([hosts.remotes[combo.host]], plan, extra, tell)
+        start_nodes([hosts.remotes[combo.host]], plan, extra, tell, [str(staged[0])], staged[1])
     except OrchError as exc:
         if isinstance(exc, HostError):  # the link is gone: the host cannot be asked
             hosts.fail(combo.host, exc)

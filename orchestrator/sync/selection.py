@@ -56,6 +56,7 @@ class SyncPlan:
     changed: dict[str, dict[str, Any]] = field(default_factory=dict)  # entries that differ from it
     # files the server holds the first bytes of (an interrupted sync): rel -> {offset, prefix, sha256}
     resume: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stage: str | None = None  # set the sent tree apart on the server under this token (a submit's code)
 
     def summary(self) -> str:
         """``3 changed file(s), 12.0 MB`` with what is resumed and deleted, for a person."""
@@ -67,10 +68,15 @@ class SyncPlan:
 
     def control(self) -> dict[str, Any]:
         """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
-        entry) and the deletions."""
-        if self.base is None:
-            return {"delete": self.delete, "entries": self.entries}
-        return {"delete": self.delete, "base": self.base, "changed": self.changed}
+        entry) and the deletions; with ``stage``, the whole tree this sync means, each file
+        by the hash the laptop knows (none yet for one this stream brings for the first time),
+        for ``remote_payload/helper/stage.py``."""
+        out: dict[str, Any] = {"delete": self.delete, "entries": self.entries} if self.base is None else \
+            {"delete": self.delete, "base": self.base, "changed": self.changed}
+        if self.stage is not None:
+            tree = {rel: [e["sha256"] if e["link"] is None else None, e["link"]] for rel, e in self.entries.items()}
+            out["stage"] = {"token": self.stage, "tree": tree}
+        return out
 
 
 def project_name(workspace: Path) -> str:

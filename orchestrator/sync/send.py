@@ -16,6 +16,7 @@ import io
 import json
 import os
 import platform
+import stat
 import tarfile
 import threading
 from pathlib import Path
@@ -94,6 +95,8 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
                      (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these
             if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
                 changed.append(rel)
+            else:  # what the server now holds: a staged tree is checked against it (SyncPlan.control)
+                entry["sha256"] = reader.hash.hexdigest()
             if progress:
                 progress(info.size)
     proc.close_stdin()
@@ -125,17 +128,20 @@ def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
             recorded: dict[str, Any] | None) -> SyncPlan:
     """A plan that sends ``changed`` again as they are now (and deletes the vanished ones),
     as changes to the record ``base`` the last round left (every entry when unknown)."""
-    again = SyncPlan(entries=dict(plan.entries), base=base if recorded is not None else None, recorded=recorded or {})
+    again = SyncPlan(entries=dict(plan.entries), base=base if recorded is not None else None, recorded=recorded or {},
+                     stage=plan.stage)
     for rel in changed:
         path = root / rel
         try:
             st = os.lstat(path)
-            digest = sha256_of(path)
+            link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+            digest = None if link is not None else sha256_of(path)
         except FileNotFoundError:
             again.entries.pop(rel, None)
             again.delete.append(rel)
             continue
-        again.entries[rel] = dict(plan.entries[rel], size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest)
+        again.entries[rel] = dict(plan.entries[rel], size=0 if link is not None else st.st_size,
+                                  mtime_ns=st.st_mtime_ns, sha256=digest, link=link)
         again.send.append(rel)
         again.send_bytes += st.st_size
     again.changed = {rel: again.entries[rel] for rel in again.send}
@@ -246,29 +252,49 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
     then (up to ``SEND_ROUNDS`` rounds; a file that keeps changing is a ``UsageError``
     naming it), as is one the server refused to join to its partial (``again``). The server
     records the hash of what it received, never a hash it lacks. ``kept`` hears what the
-    server holds as it goes."""
-    if plan.noop:
+    server holds as it goes.
+
+    With ``plan.stage`` the last round sets this tree apart on the server (``stage.py`` there;
+    also when nothing needs sending): a file another sync replaced meanwhile comes back in the
+    reply and is sent again like a changed one; one that keeps differing is a ``RemoteError``."""
+    if plan.noop and plan.stage is None:
         return {"written": 0, "deleted": 0, "bytes": 0}
     kept = kept or Kept(remote.host.name)
     total: dict[str, Any] = {}
     for _ in range(SEND_ROUNDS):
         value, changed = _send_once(remote, project, root, plan, progress, kept)
         kept.round_done(value["written"])
+        differ = _differ(remote, value, plan.entries) if plan.stage is not None else []
         if plan.base is not None:
             recorded = synccache.after_receive(remote.host, project, plan.recorded, value)
         else:  # every entry was sent: the next hello brings the record whole
             recorded = None
             synccache.store(remote.host, project, None, {})
         for key, number in value.items():
-            if key not in ("changes", "again"):
+            if key not in ("changes", "again", "stage"):
                 total[key] = total.get(key, 0) + number if isinstance(number, int) else number
         changed += [rel for rel in value.get("again", []) if isinstance(rel, str) and rel in plan.entries
                     and rel not in changed]
-        if not changed:
+        if not changed and not differ:
             return total
-        plan = _replan(root, plan, changed, value["generation"], recorded)
+        plan = _replan(root, plan, sorted(set(changed) | set(differ)), value["generation"], recorded)
+    if not changed:
+        raise RemoteError(f"{remote.host.name}: another sync of this workspace kept replacing {few(differ)} while "
+                          "this submit set its code apart")
     raise UsageError(f"these files kept changing while they were sent: {few(changed)} — is a program writing "
                      "them? Stop it, or leave them out of the sync in .orchignore")
+
+
+def _differ(remote: Remote, value: dict[str, Any], entries: dict[str, Any]) -> list[str]:
+    """The files the server could not stage as this submit sent them (``stage.py`` there);
+    ``RemoteError`` for an answer that is neither staged nor a list of this tree's paths (untrusted)."""
+    answer = value.get("stage")
+    if isinstance(answer, dict) and isinstance(answer.get("staged"), int):
+        return []
+    differ = answer.get("differ") if isinstance(answer, dict) else None
+    if not isinstance(differ, list) or not differ or not all(isinstance(p, str) and p in entries for p in differ):
+        raise RemoteError(f"{remote.host.name}: orch's helper answered the sync without staging this submit's code")
+    return differ
 
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,

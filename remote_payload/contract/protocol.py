@@ -121,7 +121,8 @@ REQUESTS: Dict[str, Request] = {
     # ({"files", "bytes", "file", "have"}: files complete, and the bytes of the one being written)
     "receive": Request({"project": (str, REQUIRED), "stall_s": (NUMBER, REQUIRED)},
                        {"written": (int, REQUIRED), "deleted": (int, REQUIRED), "bytes": (int, REQUIRED),
-                        "generation": (str, REQUIRED), "changes": (dict, OPT), "again": (list, OPT)},
+                        "generation": (str, REQUIRED), "changes": (dict, OPT), "again": (list, OPT),
+                        "stage": (dict, OPT)},  # stage: the submit's code set apart (helper/stage.py)
                        reads=True, writes=True),
     "launch": Request({"request": (dict, REQUIRED)},
                       {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT),

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import AWAITING_FETCH, CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
 from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
-from remote_payload.helper import workspace
+from remote_payload.helper import stage, workspace
 from remote_payload.jobdir import processes
 from remote_payload.jobdir import record as repro
 from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
@@ -67,13 +67,15 @@ class Agent:
 
     # -- jobs ------------------------------------------------------------------------
     def launch(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        """Snapshot the workspace into ``jobs/<id>/code`` (hard links), write job.json, and
-        start the supervisor — on a Slurm login node: write ``slurm.sh`` and sbatch it, the
-        supervisor starts in the allocation. Idempotent: a job id that exists is reported, not
-        restarted."""
+        """Make the code the submit staged (``request["staged"]``, ``stage.take``: exactly the
+        tree that submit sent) the job's ``jobs/<id>/code``, write job.json, and start the
+        supervisor — on a Slurm login node: write ``slurm.sh`` and sbatch it, the supervisor
+        starts in the allocation. Idempotent: a job id that exists is reported, not restarted."""
         job = request["job"]
         final = self.job_dir(job["job_id"])
         if os.path.exists(final):
+            if request.get("staged") and request.get("last", True):  # a rerun of a submit whose launch got here
+                stage.discard(self.root, str(request["staged"]))
             return {"existing": True, "status": self.probe(job["job_id"])}
         jobs = os.path.dirname(final)
         os.makedirs(jobs, exist_ok=True)
@@ -87,7 +89,11 @@ class Agent:
                                          only=set(shipped) if isinstance(shipped, dict) else None)
             workspace.link_tree(os.path.join(earlier, "repro"), os.path.join(tmp, "repro"), only=repro.FROM_LAPTOP)
         else:
-            linked = workspace.snapshot(self.root, request["project"], code)
+            try:
+                linked = stage.take(self.root, str(request.get("staged") or ""), code, bool(request.get("last", True)))
+            except stage.StageError as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise AgentError(str(exc)) from None
         os.makedirs(code, exist_ok=True)
         atomic_write_json(os.path.join(tmp, SNAPSHOT), snapshot_record(code, linked))
         repro.write_submission(os.path.join(tmp, "repro"), request.get("repro") or {})

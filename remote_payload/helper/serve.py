@@ -20,7 +20,7 @@ from typing import IO, Any, Callable, Dict, Optional
 from remote_payload.contract import protocol
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 from remote_payload.gpuqueue import queue as gpuqueue
-from remote_payload.helper import netcheck, streams, workspace
+from remote_payload.helper import netcheck, stage, streams, workspace
 from remote_payload.helper.agent import Agent, AgentError
 from remote_payload.jobdir import lease, testclock
 from remote_payload.jobdir import record as repro
@@ -88,7 +88,8 @@ def _receive(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[s
         except (OSError, ValueError):
             pass  # the laptop is gone: the receive goes on to keep what arrived
 
-    return workspace.receive(agent.root, a["project"], inp, float(a["stall_s"]), report)
+    return workspace.receive(agent.root, a["project"], inp, float(a["stall_s"]), report,
+                             stage.finisher(agent.root, workspace.workspace_dir(agent.root, a["project"])))
 
 
 def _follow(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
@@ -188,8 +189,8 @@ def handle(agent: Agent, op: str, raw_args: Any, inp: Input, out: Output) -> Dic
             held = lease.acquire(os.path.join(agent.root, ".lock"), op + " jobs", stall_s=LOCK_WAIT_S,
                                  max_wait_s=LOCK_WAIT_S)
         return HANDLERS[op](agent, args, inp, out)
-    except (AgentError, workspace.SyncError, streams.StreamError, lease.LeaseBusy, movejob.MoveError,
-            gpuqueue.QueueBusy) as exc:
+    except (AgentError, workspace.SyncError, stage.StageError, streams.StreamError, lease.LeaseBusy,
+            movejob.MoveError, gpuqueue.QueueBusy) as exc:
         return {"error": str(exc)}
     except ProtocolError as exc:
         if inp.ended:  # a bad request, read whole: the session can go on

@@ -111,8 +111,12 @@ def _settled(lock: str) -> Optional[Dict[str, Any]]:
     return busy
 
 
+Finish = Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str], Callable[[], None]], Dict[str, Any]]
+
+
 def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S,
-            report: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+            report: Optional[Callable[[Dict[str, Any]], None]] = None,
+            finish: Optional[Finish] = None) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the
     changed files. Each file lands under its temporary name (``jobfolder.temp_name``: fixed
     length, so it fits wherever the file's name fits) and is renamed into place; then
@@ -126,7 +130,10 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     ``orch.offset`` continues that partial: its bytes on disk are hashed again and must match
     ``orch.prefix``, and the whole must match ``orch.sha256`` before it takes its name;
     otherwise it is discarded and named in ``again`` (the laptop sends it whole). Nothing
-    half-written ever stands under a final name."""
+    half-written ever stands under a final name.
+
+    ``finish(control, record, received hashes, progress)`` runs last, still under the
+    workspace's lease; its answer joins the reply (``stage.finisher``: the submit's code)."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
@@ -228,6 +235,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                                     "generation": generation})
     os.unlink(p["pending"])
     out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
+    if finish is not None:
+        out.update(finish(control, files, received, held.progress))
     if control.get("base") is not None and control["base"] == (whole.get("generation") or ""):  # the laptop holds ``old``
         out["changes"] = {rel: files.get(rel) for rel in set(old) | set(files) if old.get(rel) != files.get(rel)}
     if again:
@@ -457,41 +466,33 @@ def remove_synced_folder(ws: str, rel: str, old: Dict[str, Any]) -> None:
         os.rmdir(dirpath)
 
 
-def snapshot(root: str, project: str, code_dir: str) -> List[str]:
-    """Hard-link every recorded file of the workspace into ``code_dir`` (symlinks copied);
-    return their relative paths."""
-    ws = _paths(root, project)["ws"]
-    files = record(root, project)
-    os.makedirs(code_dir, exist_ok=True)
-    for rel in files:
-        src, dst = safe_join(ws, rel), safe_join(code_dir, rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if os.path.islink(src):
-            os.symlink(os.readlink(src), dst)
-        else:
-            os.link(src, dst)
-    return sorted(files)
+def tree_files(top: str) -> List[str]:
+    """Every file and symlink (to a file or a folder) under ``top``, as sorted relative
+    paths; none for a missing ``top``."""
+    out: List[str] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        rel_dir = os.path.relpath(dirpath, top)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            out.append(name if rel_dir == "." else os.path.join(rel_dir, name))
+    return sorted(out)
 
 
 def link_tree(src: str, dst: str, only: "Optional[Collection[str]]" = None) -> List[str]:
-    """Hard-link the files of ``src`` into ``dst`` (symlinks copied as links); ``only``
-    limits it to those relative paths. A missing ``src`` links nothing. Returns the
-    relative paths linked."""
+    """Hard-link the files of ``src`` into ``dst`` (symlinks, to files or folders, copied as
+    links); ``only`` limits it to those relative paths. A missing ``src`` links nothing.
+    Returns the relative paths linked."""
     linked: List[str] = []
-    for dirpath, _, filenames in os.walk(src):
-        rel_dir = os.path.relpath(dirpath, src)
-        for name in filenames:
-            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if only is not None and rel not in only:
-                continue
-            source, target = os.path.join(dirpath, name), os.path.join(dst, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if os.path.islink(source):
-                os.symlink(os.readlink(source), target)
-            else:
-                os.link(source, target)
-            linked.append(rel)
-    return sorted(linked)
+    for rel in tree_files(src):
+        if only is not None and rel not in only:
+            continue
+        source, target = os.path.join(src, rel), os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+        else:
+            os.link(source, target)
+        linked.append(rel)
+    return linked
 
 
 def list_workspaces(root: str, limit: int = 50) -> List[Dict[str, Any]]:

@@ -91,6 +91,28 @@ def dead_port() -> int:
         return s.getsockname()[1]
 
 
+def submit_paused(orch: Orch, spec: Path, point: str, hooks: Path, *args: str) -> subprocess.Popen[str]:
+    """``orch submit SPEC --json ARGS`` in the background, held at pause point ``point``
+    (orchestrator/testhooks.py) until ``release``."""
+    hooks.mkdir(exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec), "--json", *args],
+                            cwd=orch.cwd, env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while not (hooks / f"{point}.reached").exists():
+        assert proc.poll() is None, f"submit ended before {point}: {proc.communicate()}"
+        assert time.time() < deadline, f"submit never reached {point}"
+        time.sleep(0.05)
+    return proc
+
+
+def release(proc: subprocess.Popen[str], point: str, hooks: Path, timeout: float = 180) -> tuple[int, str, str]:
+    """Let a ``submit_paused`` submit go on; its exit code, stdout and stderr."""
+    (hooks / f"{point}.go").touch()
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
 def write_job(dir: Path, name: str, host: str, command: list[str], extra: str = "") -> Path:
     """A job file for ``command`` with a workspace holding one script."""
     ws = dir / "ws"

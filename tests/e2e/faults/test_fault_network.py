@@ -147,8 +147,9 @@ def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_pa
     wait_until((hooks / f"{point}.reached").exists, f"submit to reach {point}")
     (cut or proxy.cut)()
     (hooks / f"{point}.go").touch()
-    proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3
+    assert "the submit was interrupted before" in err and "failed before" not in err  # issue 23, 11
     return spec, proc
 
 
@@ -174,6 +175,7 @@ def test_submit_cut_right_after_launch_never_starts_a_duplicate(
     lines = (jobs[0] / "logs" / "node0.log").read_text().splitlines()
     assert lines.count("ran once") == 1 and sum(l.startswith("[orch] starting:") for l in lines) == 1
     assert len(orch.json("ls")) == 1
+    assert not list((orch.remote_root / "staged").iterdir())  # the rerun's staged code is not left behind
 
 
 def test_a_thread_cut_off_with_its_connection_prints_no_traceback(orch: Orch, flaky: str, proxy: FaultProxy) -> None:

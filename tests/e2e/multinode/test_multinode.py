@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from remote_payload.jobdir.processes import group_alive
 from tests.support.netns import Cluster
-from tests.support.orch import Orch, exact_workspace
+from tests.support.orch import Orch, exact_workspace, release, submit_paused
 
 
 @pytest.fixture
@@ -131,3 +131,31 @@ def test_relative_outputs_of_a_multi_node_user_script_are_fetched_from_every_nod
     out = orch.cwd / "runs" / job["job_id"] / "outputs"
     assert (out / "final.txt").read_text() == "written by rank 0"
     assert sorted(p.name for p in out.glob("rank*.txt")) == [f"rank{r}.txt" for r in range(4)]
+
+
+def test_every_node_runs_the_tree_its_own_submit_sent_when_another_submit_syncs_before_the_launch(
+        orch: Orch, two_nodes: list[str], tmp_path: Path) -> None:
+    """Issue 23, 2 on a multi-node job: alpha synced version 1 to both nodes; the code is
+    edited and beta, a job file of the same checkout, syncs version 2 to both before alpha
+    launches; every node of alpha runs version 1."""
+    ws = orch.cwd / "ws"
+    ws.mkdir()
+    (ws / "main.py").write_text("print('CODE VERSION 1')\n")
+    specs = {}
+    for name in ("alpha", "beta"):
+        specs[name] = orch.cwd / f"{name}.yaml"
+        specs[name].write_text(json.dumps({"name": name, "hosts": two_nodes, "workspace": {"path": "ws"},
+                                           "launch": {"nproc_per_node": 1, "command": "python main.py"}}))
+    first = submit_paused(orch, specs["alpha"], "after-sync", tmp_path / "hooks")
+    (ws / "main.py").write_text("print('CODE VERSION 2')\n")
+    beta = json.loads(orch("submit", str(specs["beta"]), "--follow", "--json", timeout=600).stdout)
+    assert beta["state"] == "succeeded", beta
+    code, out, err = release(first, "after-sync", tmp_path / "hooks", timeout=600)
+    assert code == 0, err
+    alpha = json.loads(out)["job_id"]
+    assert orch.wait_state(alpha, ("succeeded", "failed"), timeout=600)["state"] == "succeeded"
+    for node in two_nodes:
+        job = orch.remote_root / node / "jobs" / alpha
+        assert (job / "code" / "main.py").read_text() == "print('CODE VERSION 1')\n", node
+        printed = "".join(p.read_text() for p in (job / "logs").glob("node*.log"))
+        assert "CODE VERSION 1" in printed and "CODE VERSION 2" not in printed, node

@@ -1,0 +1,163 @@
+"""The code a submit sent, set apart on the server before anything else can sync.
+
+A submit's last ``receive`` (``workspace.receive``) ends, still holding the workspace's lease,
+by hard-linking the submit's own tree into ``<root>/staged/<token>/``: every path of the
+laptop's ``tree`` (``{rel: [sha256 or null, link or null]}``, the whole selection of that
+submit), each one verified — a file that arrived in this stream by the hash of what arrived, one
+that did not by the hash the laptop expects (the record's hash, trusted while the file's size and
+mtime are the ones recorded; else the file is hashed), a symlink by its target. A path that
+differs (another submit of the same workspace replaced it after this one planned its sync) stages
+nothing: its name comes back in ``differ`` and the laptop sends it again. The launch takes the
+staged tree as the job's ``code/`` (``take``), so what a job runs is exactly what its submit
+sent, whatever syncs after. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from remote_payload.contract.jobfolder import sha256_file
+from remote_payload.helper.workspace import Finish, link_tree, tree_files, safe_join
+
+STALE_S = 24 * 3600.0  # a staged tree no launch took (an interrupted submit's) is removed after this
+
+
+class StageError(Exception):
+    pass
+
+
+def staged_dir(root: str, token: str) -> str:
+    """``<root>/staged/<token>``; ``StageError`` for a token that is not one plain name."""
+    if not token or len(token) > 200 or token.startswith(".") or any(c in token for c in "/\\\x00"):
+        raise StageError("bad stage token %r" % token[:80])
+    return os.path.join(root, "staged", token)
+
+
+Progress = Callable[[], None]
+
+
+def finisher(root: str, ws: str) -> Finish:
+    """What ``workspace.receive`` runs last, under its lease: stage the control's ``stage``
+    request, if it has one (``{"stage": <stage's answer>}``, else nothing)."""
+
+    def finish(control: Dict[str, Any], record: Dict[str, Any], received: Dict[str, str],
+               progress: Progress) -> Dict[str, Any]:
+        if control.get("stage") is None:
+            return {}
+        return {"stage": stage(root, ws, control["stage"], record, received, progress)}
+
+    return finish
+
+
+def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Dict[str, str],
+          progress: Progress) -> Dict[str, Any]:
+    """Stage ``request["tree"]`` of workspace ``ws`` as ``request["token"]`` (see the module
+    docstring). The caller holds the workspace's lease; ``record`` is the sync record just
+    written, ``received`` the hash of each file that arrived in this stream; ``progress`` is
+    the lease's sign of life, given per file. Returns
+    ``{"staged": n}``, or ``{"differ": [rel, ...]}`` with nothing staged."""
+    if not isinstance(request, dict) or not isinstance(request.get("token"), str) \
+            or not isinstance(request.get("tree"), dict):
+        raise StageError("malformed stage request")
+    final = staged_dir(root, request["token"])
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    _remove_stale(parent)
+    tmp = os.path.join(parent, ".tmp-%s-%d" % (request["token"], os.getpid()))
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    differ: List[str] = []
+    try:
+        for rel, want in request["tree"].items():
+            if not _link_verified(ws, tmp, rel, want, record.get(rel), received.get(rel)):
+                differ.append(rel)
+            progress()
+        if differ:
+            return {"differ": sorted(differ)}
+        shutil.rmtree(final, ignore_errors=True)  # an earlier round's, or an interrupted submit's under this token
+        os.rename(tmp, final)
+        return {"staged": len(request["tree"])}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _link_verified(ws: str, dest: str, rel: str, want: Any, recorded: Optional[Dict[str, Any]],
+                   arrived: Optional[str]) -> bool:
+    """Link ``ws/rel`` into ``dest/rel`` (a symlink is copied as a link) and check the linked
+    copy is the one the laptop means; False (and nothing kept) when it is not there or differs."""
+    if not (isinstance(want, list) and len(want) == 2):
+        raise StageError("malformed stage entry for %r" % rel[:200])
+    sha, link = want
+    src, dst = safe_join(ws, rel), safe_join(dest, rel)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if link is not None:
+        try:
+            target = os.readlink(src)
+        except OSError:
+            return False
+        if target != link:
+            return False
+        os.symlink(target, dst)
+        return True
+    if os.path.islink(src) or not os.path.isfile(src):
+        return False
+    os.link(src, dst)  # checked below through the link: the inode this job keeps
+    st = os.lstat(dst)
+    if arrived is not None and sha in (None, arrived) and _as_recorded(st, recorded, arrived):
+        return True  # written by this very stream under the lease this caller holds
+    if sha is None:
+        ok = False  # a file this stream was to bring that did not come (it vanished on the laptop)
+    elif _as_recorded(st, recorded, sha):
+        ok = True
+    else:
+        ok = sha256_file(dst) == sha
+    if not ok:
+        os.unlink(dst)
+    return ok
+
+
+def _as_recorded(st: os.stat_result, recorded: Optional[Dict[str, Any]], sha: str) -> bool:
+    """The record says this file holds ``sha`` and it has not been touched since it was written."""
+    return isinstance(recorded, dict) and recorded.get("sha256") == sha \
+        and st.st_size == recorded.get("rsize") and st.st_mtime_ns == recorded.get("rmtime_ns")
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove staged trees (and temporaries) older than ``STALE_S``: no launch will take them."""
+    now = time.time()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            if now - os.lstat(path).st_mtime > STALE_S:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def take(root: str, token: str, code_dir: str, last: bool) -> List[str]:
+    """Make the staged tree ``token`` the job's ``code_dir``: moved there when this is its
+    ``last`` launch, else hard-linked (a sweep launches several jobs from one sync). Returns the
+    relative paths. ``StageError`` when there is no such tree (cleaned away, or never staged)."""
+    src = staged_dir(root, token)
+    if not os.path.isdir(src):
+        raise StageError("the code this submit sent is not staged on this host any more (%s): nothing was "
+                         "started; run the same orch submit again" % src)
+    if not last:
+        return link_tree(src, code_dir)
+    os.rename(src, code_dir)
+    return tree_files(code_dir)
+
+
+def discard(root: str, token: str) -> None:
+    """Remove the staged tree ``token`` (its job had started already); nothing if there is none."""
+    try:
+        shutil.rmtree(staged_dir(root, token), ignore_errors=True)
+    except StageError:
+        pass

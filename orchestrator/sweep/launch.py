@@ -22,6 +22,7 @@ from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import record as repro
+from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
 from orchestrator.jobs.submit import Say, checked_plan, connect_all, plan_syncs, start_nodes, submission_key
 from orchestrator.plan import slurm as slurmplan
@@ -78,6 +79,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
     for combo in combos:
         host = hosts.get(combo.host) or inventory.resolve(combo.loaded.spec.hosts[0])
         slurmplan.check_hosts(combo.loaded, [host])
+        secrets.read(combo.loaded.spec.secret_env, "orch submit")  # before anything connects
         hosts[combo.host] = host
     todo = [c for c in combos if c.index not in done]
     for combo in combos:
@@ -117,7 +119,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
             assert job.plan is not None
             registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], job.plan.job_dir,
                          SUBMITTING, {"submission": job.key, **slurmcheck.log_nodes(job.plan)},
-                         sweep=entry_for(name, combo))
+                         sweep=entry_for(name, combo), secret_env=job.plan.secret_env)
         parallel(lambda i: transfer.send(remotes[names[i]], project, workspace, sync_plans[i]), range(len(names)))
         pause("after-sync")
         git = repro.git_state(workspace)

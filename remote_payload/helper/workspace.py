@@ -126,7 +126,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                     os.symlink(member.linkname, tmp)
                 elif member.isfile():
                     received[member.name] = _copy_hashing(tar.extractfile(member), tmp, held.progress)
-                    os.chmod(tmp, member.mode & 0o7777)
+                    os.chmod(tmp, member.mode & 0o700)  # its owner's bits only: jobdir/private.py
                     nbytes += member.size
                 else:
                     continue

@@ -107,6 +107,7 @@ def test_a_secret_reaches_the_job_on_every_attempt_and_nothing_orch_wrote_holds_
         shown = orch(*command)
         said += [shown.stdout, shown.stderr]
 
+    assert "secrets:  HF_TOKEN, HOOK_URL (sent from the laptop, never kept)" in orch("show", job).stdout
     log = (job_dir / "logs" / "node0.log").read_text()
     assert log.count(f"token digest {digest}") == 2  # attempt 1 and the resumed attempt 2 both had it
     assert f"setup sees {digest}" in log

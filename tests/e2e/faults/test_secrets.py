@@ -137,3 +137,34 @@ def test_a_root_an_earlier_orch_left_open_turns_private(orch: Orch, sshd: SSHSer
     peer = subprocess.run(["runuser", "-u", PEER, "--", "cat", str(ROOT / "jobs" / "old-job" / "job.json")],
                           capture_output=True, text=True)
     assert peer.returncode != 0 and "Permission denied" in peer.stderr
+
+
+def test_a_move_and_a_rerun_send_the_secret_again_and_only_names_this_laptop_recorded(
+        orch: Orch, box: str, sshd: SSHServer) -> None:
+    other = orch.remote_root.parent / "remote2"
+    orch("hosts", "add", "box2", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(other), "--python", sys.executable, "--trust")
+    spec = write_job(orch.cwd, "mv", box, ["python", "check.py"], "secret_env: [HF_TOKEN]\n")
+    (orch.cwd / "ws" / "check.py").write_text(CHECK)
+    token = "hf_" + os.urandom(12).hex()
+    digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+    first = json.loads(orch("submit", str(spec), "--follow", "--json", env={"HF_TOKEN": token}, check=1).stdout)
+    job = first["job_id"]
+
+    assert "secret_env: HF_TOKEN is not set" in orch("rerun", job, check=2).stderr
+    again = json.loads(orch("rerun", job, "--json", env={"HF_TOKEN": token}).stdout)["job_id"]
+    assert orch.wait_state(again, ("failed", "succeeded"))["state"] == "failed"  # its attempt 1 fails on purpose
+    assert f"token digest {digest} attempt 1" in (orch.remote_root / "jobs" / again / "logs" / "node0.log").read_text()
+
+    assert "secret_env: HF_TOKEN is not set" in orch("resume", job, "--on", "box2", check=2).stderr
+    orch("resume", job, "--on", "box2", "--follow", env={"HF_TOKEN": token}, timeout=240)  # attempt 2 succeeds
+    assert orch.json("status", job)["state"] == "succeeded"
+    moved_log = (other / "jobs" / job / "logs" / "node0.log").read_text()
+    assert moved_log.count(f"token digest {digest} attempt 2") == 1
+
+    recorded = other / "jobs" / job / "repro" / "spec.yaml"  # a server that asks for another laptop variable
+    recorded.write_text(recorded.read_text().replace("[HF_TOKEN]", "[HF_TOKEN, AWS_SECRET_ACCESS_KEY]"))
+    refused = orch("rerun", job, env={"HF_TOKEN": token, "AWS_SECRET_ACCESS_KEY": "aws-" + token}, check=4)
+    assert "asks for secret_env AWS_SECRET_ACCESS_KEY, which its submit from this laptop did not" in refused.stderr
+    for root in (orch.home, orch.remote_root, other):
+        assert all(token not in text for text in texts_under(root).values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,12 @@ def test_secret_env_takes_names_only(orch: Orch, extra: str, expected: str) -> N
     out = orch("check", str(path), check=2)
     assert expected in out.stderr and "Traceback" not in out.stderr
     assert "hf_abc" not in out.stderr.replace("HF_TOKEN=hf_abc", "")
+
+
+def test_orch_schema_describes_secret_env(orch: Orch) -> None:
+    schema = json.loads(orch("schema").stdout)
+    field = schema["properties"]["secret_env"]
+    assert field["items"] == {"type": "string"} and "laptop's environment" in field["description"]
 
 
 def test_every_missing_variable_is_named_and_the_values_are_read_from_the_environment() -> None:

@@ -149,7 +149,7 @@ class Agent:
         except ValueError as exc:
             raise AgentError("job %s: %s" % (job.get("job_id"), exc)) from None
 
-    def spawn(self, job_dir: str, node_rank: int, values: Dict[str, str]) -> int:
+    def spawn(self, job_dir: str, node_rank: int, values: Optional[Dict[str, str]] = None) -> int:
         """Start the node's supervisor, detached; ``values`` (secret_env) go to its stdin."""
         log = open(os.path.join(job_dir, "logs", "supervisor-node%d.log" % node_rank), "ab")
         proc = subprocess.Popen(
@@ -158,7 +158,7 @@ class Agent:
             stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True, close_fds=True,
         )
         assert proc.stdin is not None
-        secrets.hand_over(proc.stdin, values)
+        secrets.hand_over(proc.stdin, values or {})
         return proc.pid
 
     def probe(self, job_id: str) -> Dict[str, Any]:

@@ -31,6 +31,9 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path, direct: bool
     metrics and logs are copied there (through this laptop, sha256-checked; from the
     laptop's watched copy when its server is gone). docs/moving.md.
 
+    A job with secret_env reads those variables from this laptop's
+    environment again: a new attempt needs their values.
+
     \b
     Examples:
       orch resume gpt2-lora-20261129-101500-1a2b --follow

@@ -87,7 +87,7 @@ def report(step: int, loss: Optional[float] = None, *, total_steps: Optional[int
                 except (TypeError, ValueError, OverflowError):
                     continue
         data = (json.dumps(row, allow_nan=False) + "\n").encode("utf-8")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             written = os.write(fd, data)
         finally:

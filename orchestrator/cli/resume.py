@@ -41,6 +41,9 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path | None, direc
     stops it and sets its folder aside at once, or at its first contact with
     that host. docs/moving.md.
 
+    A job with secret_env reads those variables from this laptop's
+    environment again: a new attempt needs their values.
+
     \b
     Examples:
       orch resume gpt2-lora-20261129-101500-1a2b --follow

@@ -53,6 +53,8 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
         "git:      " + (f"{git.get('commit')} on {git.get('branch')}" + (f", {len(git.get('dirty') or [])} uncommitted file(s)"
                                                                       if git.get("dirty") else ", clean")
                         if git else "not a git repository"),
+        *([f"secrets:  {', '.join(record.secret_env)} (sent from the laptop, never kept)"] if record.secret_env
+          else []),
         "--- spec as written", (shown.get("spec_text") or "(not recorded)").rstrip(),
     ]
     if shown.get("git_diff"):

@@ -5,7 +5,8 @@ Every helper is ``[python, "-c", BOOT, root, hash, "serve"]``: BOOT finds
 ``sys.path`` and runs ``serve.main`` (requests in sessions: ``remote_payload/contract/protocol.py``). ``install`` unpacks a tar from stdin into a temp
 folder and renames it into place, so a payload folder is complete or absent. When it cannot
 create that folder (root not writable) it exits 98 with one stderr line
-``orch-root-unwritable<TAB>expanded root<TAB>reason`` and no traceback.
+``orch-root-unwritable<TAB>expanded root<TAB>reason`` and no traceback. BOOT sets umask 077
+first: everything orch creates on a server is its owner's only (``remote_payload/jobdir/private.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ROOT_MARKER = "orch-root-unwritable"
 
 BOOT = r"""
 import os, sys
+os.umask(0o077)
 root = os.path.expanduser(sys.argv[1]); h = sys.argv[2]
 d = os.path.join(root, "payload", h)
 if sys.argv[3] == "install":
@@ -74,6 +76,6 @@ def payload_tar() -> bytes:
         for path in _files():
             info = tarfile.TarInfo("remote_payload/" + str(path.relative_to(base)))
             data = path.read_bytes()
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            info.size, info.mode, info.mtime = len(data), 0o600, 0
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()

@@ -18,6 +18,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import secrets
 from orchestrator.jobs.outcome import reservation_reason
 from orchestrator.state import fences, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
@@ -231,11 +232,14 @@ def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: f
 
 
 def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
-    """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous)."""
+    """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous), each
+    given the values of the job's ``secret_env`` again, read from this laptop's environment."""
+    values = secrets.read(record.secret_env, f"orch resume {record.job_id}")
     status = probe(record, inventory, registry)
     if status["state"] not in RESUMABLE and not status.get("unsupervised"):
         raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed "
                          "(or one whose supervisor died while its processes run: they are stopped first)")
     hosts = nodes_of(record, inventory)
-    parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1), hosts)
+    parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1, secrets=values),
+             hosts)
     registry.update(record.job_id, "pending", {k: v for k, v in record.detail.items() if k == "log_nodes"})

@@ -28,6 +28,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import launchconfig, outcome
 from orchestrator.jobs import record as repro
+from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import HostFacts, Plan, build_plan, make_job_id
@@ -135,6 +136,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     slurmplan.check_hosts(loaded, hosts)
+    secrets.read(spec.secret_env, "orch submit")  # a missing one stops it before anything connects
     workspace = loaded.workspace_dir
     skipped = selection.Skipped()
     files = selection.select_files(workspace, spec.workspace.exclude, skipped)
@@ -170,7 +172,8 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         for sync_plan, token in zip(sync_plans, staged):
             sync_plan.stage = token
         reserved = {"submission": key, **slurmcheck.log_nodes(plan)}
-        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING, reserved)
+        registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING, reserved,
+                     secret_env=plan.secret_env)
         if earlier is not None:  # this submit's ending replaces the earlier one's
             registry.update(job_id, SUBMITTING, reserved)
         launching = False
@@ -244,12 +247,14 @@ def say_lock_holder(host: str, holder: Any, say: Say) -> None:
 
 def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say,
                 staged: list[str] | None = None, last: bool = True) -> None:
-    """Send each node its launch request (job.json + ``extra``) and start its supervisor;
+    """Send each node its launch request (job.json + ``extra``, and the values of the job's
+    ``secret_env``, read from the laptop's environment: ``secrets``) and start its supervisor;
     ``staged``: each node's code as its sync set it apart (``sync.send``), ``last``: no later
     launch takes it (a sweep launches several jobs from one)."""
+    values = secrets.read(plan.secret_env, "orch submit")
 
     def launch(rank: int) -> dict[str, Any]:
-        request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, **extra}
+        request = {"job": plan.job_json(), "train": plan.train, "node_rank": rank, "secrets": values, **extra}
         if staged is not None:
             request.update(staged=staged[rank], last=last)
         return remotes[rank].call("launch", request=request)
@@ -274,6 +279,7 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         if not isinstance(shown.get("spec_text"), str):
             raise UsageError(f"{record.job_id} has no recorded spec on {first.host.name}: it cannot be rerun")
         loaded = parse_spec(shown["spec_text"], Path(record.spec_path))
+        secrets.recorded(loaded.spec.secret_env, record, f"orch rerun {record.job_id}")
         hosts = [inventory.resolve(ref) for ref in loaded.spec.hosts]
         remotes = [first] + connect_all(hosts[1:], inventory, trust, stack)
         project = selection.project_name(loaded.workspace_dir)
@@ -282,7 +288,8 @@ def rerun(record: JobRecord, inventory: Inventory, registry: Registry, *, say: S
         plan, warnings = checked_plan(loaded, project, remotes, hellos, job_id)
         for warning in warnings:
             say(f"warning: {warning}")
-        registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING)
+        registry.add(job_id, loaded.spec.name, record.spec_path, [h.name for h in hosts], plan.job_dir, SUBMITTING,
+                     secret_env=plan.secret_env)
         start_nodes(remotes, plan, {"project": project, "from_job": record.job_id}, say)
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
         return plan

@@ -30,6 +30,7 @@ from orchestrator.fetch import kit as movekit
 from orchestrator.helper import fence
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
+from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
 from orchestrator.jobs.submit import check_rendezvous, checked_plan, connect_all
 from orchestrator.move import direct as movedirect
@@ -280,6 +281,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
         raise UsageError(f"{record.job_id} already has a folder on {', '.join(sorted(set(on) & set(record.hosts)))}: "
                          f"--on names other hosts (to restart it where it is: orch resume {record.job_id})")
     targets: list[Host] = [inventory.get(name) for name in on]
+    secrets.read(record.secret_env, f"orch resume {record.job_id} --on")  # a missing one: before anything connects
     with ExitStack() as stack:
         source = open_source(record, inventory, registry, runs, stack, say, force)
         gathered = source.gathered()
@@ -287,6 +289,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
             raise UsageError(f"{record.job_id} is {gathered.state} on {source.name}: stop it first (orch cancel "
                              f"{record.job_id}; the trainer saves a checkpoint when stopped), then move it")
         loaded = parse_spec(source.spec_text(), Path(record.spec_path))
+        values = secrets.recorded(loaded.spec.secret_env, record, f"orch resume {record.job_id} --on")
         slurmplan.check_hosts(loaded, targets)
         remotes = connect_all(targets, inventory, trust, stack)
         project = selection.project_name(loaded.workspace_dir)
@@ -325,7 +328,8 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
                  "attempt": gathered.attempt, "via": ", ".join(sorted(ways)) or "nothing to copy"}
 
         def adopt(i: int) -> dict[str, Any]:
-            request = {"job": plan.job_json(), "train": plan.train, "node_rank": i, "project": project}
+            request = {"job": plan.job_json(), "train": plan.train, "node_rank": i, "project": project,
+                       "secrets": values}
             return remotes[i].call("adopt", request=request, moved=moved, files=[
                 {"path": f["path"], "sha256": f["sha256"]} for f in per_node[i]])
 

@@ -78,6 +78,7 @@ class Plan(Frozen):
     resume_args: list[str] = Field(default_factory=list)  # appended to argv on attempts after the first
     progress: str | None = None  # launch.progress: the script's own progress lines (supervisor/scrape.py)
     rdzv_endpoint: str | None = None  # a multi-node SSH job's rendezvous host:port (every launcher's)
+    secret_env: list[str] = Field(default_factory=list)  # names only: the values go in the launch request
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -281,7 +282,7 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
                        shutdown=spec.on_finish.shutdown or spec.on_finish.power_off,
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
-        resume_args=list(spec.launch.resume_args), progress=spec.launch.progress,
+        resume_args=list(spec.launch.resume_args), progress=spec.launch.progress, secret_env=list(spec.secret_env),
     )
 
 

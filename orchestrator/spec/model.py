@@ -273,6 +273,10 @@ class JobSpec(Frozen):
     setup: str | None = Field(None, description="Shell run on every node before launch; skipped when unchanged.")
     env: dict[str, EnvValue] = Field(default_factory=dict, description="Environment for setup and the job; "
                                      "one value at most 100 KiB, all of them together at most 1 MiB.")
+    secret_env: list[str] = Field(
+        default_factory=list, description="Names of variables read from the laptop's environment at submit (and at "
+        "orch resume) and set in the job's environment on every node: delivered over the connection, never written "
+        "in a file on the server, a record, a log or the registry (HF_TOKEN, a webhook URL for url_env).")
     presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror"]] = Field(default_factory=list)
     launch: Launch = Field(default_factory=Launch)
     train: TrainConfig | None = Field(None, description="The built-in trainer; exclusive with launch.command.")
@@ -297,6 +301,20 @@ class JobSpec(Frozen):
             raise ValueError(f"the variables are {size_text(total)} together; the server cannot pass much more than "
                              f"2 MiB of arguments and environment (orch allows {size_text(MAX_ENV_TOTAL)}) — put large "
                              "values in files in the workspace and pass their paths")
+        return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not ENV_KEY_RE.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name: list names only (the values are "
+                                 "read from the laptop's environment)")
+            if name.startswith("ORCH_"):
+                raise ValueError(f"{name}: ORCH_ variables are orch's own")
+        twice = sorted({n for n in value if value.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
         return value
 
     @field_validator("setup")
@@ -333,6 +351,10 @@ class JobSpec(Frozen):
     def _one_entrypoint(self) -> "JobSpec":
         if (self.launch.command is None) == (self.train is None):
             raise ValueError("set exactly one of `train` (the built-in trainer) and `launch.command`")
+        both = sorted(set(self.secret_env) & set(self.env))
+        if both:
+            raise ValueError(f"{', '.join(both)} is in both env and secret_env: a secret's value comes from the "
+                             "laptop's environment, leave it out of env")
         names = [h if isinstance(h, str) else h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("a host is listed twice")

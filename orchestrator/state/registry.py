@@ -64,6 +64,11 @@ COLUMNS = {"job_id", "name", "spec_path", "hosts", "job_dir", "created", "state"
 # The final status row lives inside ``detail`` under this key (no new column: an older orch
 # sharing this ORCH_HOME keeps working); ``JobRecord.detail`` never shows it.
 FINAL_KEY = "_orch_final_row"
+# The names of the job's ``secret_env`` (never their values), kept the same way through every
+# ``update`` and ``move``: ``orch resume`` reads those variables on the laptop again and trusts
+# no server to name them. ``JobRecord.secret_env``.
+SECRET_NAMES_KEY = "_orch_secret_env"
+KEPT_KEYS = (SECRET_NAMES_KEY,)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class JobRecord:
     state: str
     detail: dict[str, Any]
     final: dict[str, Any] | None = None  # the final status row of a terminal job, once recorded
+    secret_env: list[str] = field(default_factory=list)  # the names of its secret_env (values never)
 
     def status(self) -> dict[str, Any]:
         """The job's status as last recorded (what ``orch status`` shows when it does not ask
@@ -158,10 +164,12 @@ class Registry:
         return db
 
     def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str,
-            detail: dict[str, Any] | None = None, sweep: SweepEntry | None = None) -> None:
+            detail: dict[str, Any] | None = None, sweep: SweepEntry | None = None,
+            secret_env: list[str] | None = None) -> None:
         """Record a new job (nothing when the id is already there); with ``sweep``, its place in
-        that sweep, in the same transaction."""
+        that sweep, in the same transaction; ``secret_env``: the names only."""
         now = time.time()
+        detail = dict(detail or {}, **({SECRET_NAMES_KEY: list(secret_env)} if secret_env else {}))
         with closing(self._connect()) as db, db:
             db.execute(
                 "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
@@ -230,7 +238,7 @@ class Registry:
         """Record the job's ``state`` and status ``detail``. A recorded final row is kept
         when the state stays the same terminal state (``orch logs`` of a finished job records
         the same end again) and dropped otherwise (``orch resume``)."""
-        detail = {k: v for k, v in (detail or {}).items() if k != FINAL_KEY}
+        detail = {k: v for k, v in (detail or {}).items() if k != FINAL_KEY and k not in KEPT_KEYS}
         with closing(self._connect()) as db, db:
             db.execute("BEGIN IMMEDIATE")  # read the old row and write the new one as one step
             row = db.execute("SELECT state, detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
@@ -238,6 +246,7 @@ class Registry:
             final = _final(_loads(row[1]).get(FINAL_KEY)) if kept else None
             if final is not None:
                 detail[FINAL_KEY] = final
+            detail.update(_kept(row[1]) if row is not None else {})
             db.execute(
                 "UPDATE jobs SET state=?, detail=?, updated=? WHERE job_id=?",
                 (state, json.dumps(detail), time.time(), job_id),
@@ -249,6 +258,9 @@ class Registry:
         in the same transaction its attempts on ``superseded`` ((host, folder) pairs: the hosts
         it left) are fenced (``fences.add``): durable before anything else happens."""
         with closing(self._connect()) as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            detail = dict({k: v for k, v in detail.items() if k not in KEPT_KEYS}, **(_kept(row[0]) if row else {}))
             db.execute("UPDATE jobs SET hosts=?, job_dir=?, state=?, detail=?, updated=? WHERE job_id=?",
                        (json.dumps(hosts), job_dir, "pending", json.dumps(detail), time.time(), job_id))
             fences.add(db, job_id, superseded or [], hosts)
@@ -277,8 +289,10 @@ class Registry:
         for r in rows:
             detail = _loads(r[7])
             final = _final(detail.pop(FINAL_KEY, None))
+            names = detail.pop(SECRET_NAMES_KEY, None)
             yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], detail,
-                            final if r[6] in TERMINAL else None)
+                            final if r[6] in TERMINAL else None,
+                            [n for n in names if isinstance(n, str)] if isinstance(names, list) else [])
 
     def all(self) -> list[JobRecord]:
         return list(self._rows())
@@ -297,6 +311,12 @@ class Registry:
         more = f", and {len(matches) - LISTED} more" if len(matches) > LISTED else ""
         raise UsageError(f"{job_id!r} matches several jobs ({len(matches)}): "
                          + ", ".join(m.job_id for m in matches[:LISTED]) + more + "; give more of the id")
+
+
+def _kept(text: str) -> dict[str, Any]:
+    """The ``KEPT_KEYS`` of a ``detail`` column."""
+    old = _loads(text)
+    return {k: old[k] for k in KEPT_KEYS if k in old}
 
 
 def _loads(text: str) -> dict[str, Any]:

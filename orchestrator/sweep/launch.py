@@ -40,6 +40,7 @@ from orchestrator.errors import HostError, OrchError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import record as repro
+from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
 from orchestrator.jobs.submit import Say, checked_plan, claim, plan_syncs, start_nodes, submission_key
 from orchestrator.plan import slurm as slurmplan
@@ -242,6 +243,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
     for combo in chosen:
         host = pool.get(combo.host) or inventory.resolve(combo.loaded.spec.hosts[0])
         slurmplan.check_hosts(combo.loaded, [host])
+        secrets.read(combo.loaded.spec.secret_env, "orch submit")  # before anything connects
         pool[combo.host] = host
     todo = [c for c in chosen if c.index not in done]
     for combo in chosen:
@@ -395,7 +397,8 @@ def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, jo
     plan = job.plan
     assert plan is not None
     registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], plan.job_dir, SUBMITTING,
-                 {"submission": job.key, **slurmcheck.log_nodes(plan)}, sweep=entry_for(name, combo))
+                 {"submission": job.key, **slurmcheck.log_nodes(plan)}, sweep=entry_for(name, combo),
+                 secret_env=plan.secret_env)
     tell: Say = lambda m: say(f"combination {combo.index}/{combo.total} ({combo.label}): {m}")  # noqa: E731
     extra = {"project": project, "repro": repro.record(combo.loaded, git)}
     try:

@@ -26,6 +26,7 @@ from remote_payload.jobdir.reserve import full_at
 from remote_payload.jobdir.status import kill_group, last_metrics, read_status, survivors_of
 from remote_payload.move import job as movejob
 from remote_payload.slurm import job as slurmjob
+from remote_payload.supervisor import secrets
 
 PENDING_GRACE_S = 30.0
 FINISHING_S = 120.0  # how long move_list waits for an ended job's supervisor to finish its records
@@ -70,8 +71,11 @@ class Agent:
         """Make the code the submit staged (``request["staged"]``, ``stage.take``: exactly the
         tree that submit sent) the job's ``jobs/<id>/code``, write job.json, and start the
         supervisor — on a Slurm login node: write ``slurm.sh`` and sbatch it, the supervisor
-        starts in the allocation. Idempotent: a job id that exists is reported, not restarted."""
+        starts in the allocation. Idempotent: a job id that exists is reported, not restarted.
+        The values of the job's ``secret_env`` (``request["secrets"]``) go to the supervisor's
+        stdin or sbatch's environment, never to a file (``secrets``)."""
         job = request["job"]
+        values = self.secret_values(request, job)
         final = self.job_dir(job["job_id"])
         if os.path.exists(final):
             if request.get("staged") and request.get("last", True):  # a rerun of a submit whose launch got here
@@ -110,8 +114,8 @@ class Agent:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"existing": True, "status": self.probe(job["job_id"])}
         if job.get("slurm"):
-            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
-        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job, values)}
+        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0), values)}
 
     def move_list(self, job_id: str) -> Dict[str, Any]:
         """What moving the job carries (``movejob.listing``), with its state here."""
@@ -131,13 +135,14 @@ class Agent:
         """A moved job: its staged files become ``jobs/<id>`` (``movejob.adopt``) with
         ``request``'s job.json, then it starts as ``launch`` starts one. Idempotent."""
         job = request["job"]
+        values = self.secret_values(request, job)
         final = self.job_dir(job["job_id"])
         if os.path.exists(final):
             return {"existing": True, "status": self.probe(job["job_id"])}
         movejob.adopt(self.root, job["job_id"], final, files, job, request.get("train"), moved)
         if job.get("slurm"):
-            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job)}
-        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0))}
+            return {"existing": False, "job_dir": final, "slurm_job": self._slurm(slurmjob.submit, final, job, values)}
+        return {"existing": False, "job_dir": final, "pid": self.spawn(final, request.get("node_rank", 0), values)}
 
     def _slurm(self, fn: Any, *args: Any) -> Any:
         try:
@@ -145,13 +150,24 @@ class Agent:
         except slurmjob.SlurmJobError as exc:
             raise AgentError(str(exc)) from None
 
-    def spawn(self, job_dir: str, node_rank: int) -> int:
+    @staticmethod
+    def secret_values(request: Dict[str, Any], job: Dict[str, Any]) -> Dict[str, str]:
+        """The request's values of job.json's ``secret_env`` (``AgentError`` when one is missing)."""
+        try:
+            return secrets.checked(request.get("secrets"), job.get("secret_env"))
+        except ValueError as exc:
+            raise AgentError("job %s: %s" % (job.get("job_id"), exc)) from None
+
+    def spawn(self, job_dir: str, node_rank: int, values: Optional[Dict[str, str]] = None) -> int:
+        """Start the node's supervisor, detached; ``values`` (secret_env) go to its stdin."""
         log = open(os.path.join(job_dir, "logs", "supervisor-node%d.log" % node_rank), "ab")
         proc = subprocess.Popen(
             [sys.executable, os.path.join(self.payload_dir, *SUPERVISOR_SCRIPT),
-             "--job-dir", job_dir, "--node-rank", str(node_rank)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+             "--job-dir", job_dir, "--node-rank", str(node_rank), "--secrets-on-stdin"],
+            stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True, close_fds=True,
         )
+        assert proc.stdin is not None
+        secrets.hand_over(proc.stdin, values or {})
         return proc.pid
 
     def probe(self, job_id: str) -> Dict[str, Any]:
@@ -266,13 +282,16 @@ class Agent:
         kept = movejob.set_aside(self.root, job_id, d, moved_to, str(before["state"]))
         return {"found": kept is not None, "state": str(before["state"]), "stopped": live, "kept": kept}
 
-    def resume(self, job_id: str, whole_job: bool = False) -> Dict[str, Any]:
+    def resume(self, job_id: str, whole_job: bool = False, values: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Respawn the supervisor. ``whole_job``: this node restarts with the others of a
-        multi-node job, so a node that had succeeded restarts too."""
+        multi-node job, so a node that had succeeded restarts too. ``values``: the job's
+        ``secret_env`` again, as ``launch`` takes them."""
         st = self.probe(job_id)
+        recorded = read_json(os.path.join(self.job_dir(job_id), "job.json"))
+        values = self.secret_values({"secrets": values}, recorded if isinstance(recorded, dict) else {})
         job = self.slurm_job(self.job_dir(job_id))
         if job is not None and st["state"] in RESUMABLE:
-            return {"slurm_job": self._slurm(slurmjob.resume, self.job_dir(job_id), job)}
+            return {"slurm_job": self._slurm(slurmjob.resume, self.job_dir(job_id), job, values)}
         if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
             d = self.job_dir(job_id)
             grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
@@ -286,7 +305,7 @@ class Agent:
         old = read_json(os.path.join(d, "status.json")) or {}
         old.update(state="pending", reason="resuming", supervisor_pid=None, heartbeat=time.time())
         atomic_write_json(os.path.join(d, "status.json"), old)
-        return {"pid": self.spawn(d, int(old.get("node_rank") or 0))}
+        return {"pid": self.spawn(d, int(old.get("node_rank") or 0), values)}
 
     def slurm_job(self, job_dir: str) -> Optional[Dict[str, Any]]:
         """job.json of a job run through Slurm, else None."""

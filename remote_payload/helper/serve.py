@@ -22,7 +22,7 @@ from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, Protocol
 from remote_payload.gpuqueue import queue as gpuqueue
 from remote_payload.helper import netcheck, stage, streams, workspace
 from remote_payload.helper.agent import Agent, AgentError
-from remote_payload.jobdir import lease, testclock
+from remote_payload.jobdir import lease, private, testclock
 from remote_payload.jobdir import record as repro
 from remote_payload.move import job as movejob
 from remote_payload.move import pull as movepull
@@ -152,7 +152,7 @@ HANDLERS: Dict[str, Handler] = {
     "launch": _launch,
     "status": lambda agent, a, inp, out: agent.status(a["jobs"]),
     "cancel": lambda agent, a, inp, out: agent.cancel(a["job"], float(a["grace"])),
-    "resume": lambda agent, a, inp, out: agent.resume(a["job"], a["whole_job"]),
+    "resume": lambda agent, a, inp, out: agent.resume(a["job"], a["whole_job"], a["secrets"]),
     "follow": _follow,
     "tail_offset": lambda agent, a, inp, out: {
         "offset": streams.tail_offset(agent.log_path(a["job"], a["node"]), a["lines"])},
@@ -205,6 +205,8 @@ def handle(agent: Agent, op: str, raw_args: Any, inp: Input, out: Output) -> Dic
 
 def serve(root: str, payload_dir: str, stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """Serve requests until stdin ends: 0 at a clean end, 5 on a broken frame."""
+    os.umask(private.UMASK)  # the bootstrap set it already; a helper started otherwise gets it here
+    private.make_private(root)
     agent = Agent(root, payload_dir)
     stdout.write(protocol.MAGIC)
     stdout.flush()

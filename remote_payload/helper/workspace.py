@@ -181,7 +181,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                         again.append(member.name)
                         continue
                     received[member.name] = copy.hexdigest()
-                    os.chmod(tmp, member.mode & 0o7777)
+                    os.chmod(tmp, member.mode & 0o700)  # its owner's bits only: jobdir/private.py
                     nbytes += member.size
                 else:
                     tmp = None

@@ -92,11 +92,13 @@ def fs_type(path: str) -> str:
     return clean(kind, 40)
 
 
-def submit(job_dir: str, job: Dict[str, Any]) -> str:
+def submit(job_dir: str, job: Dict[str, Any], secrets: Optional[Dict[str, str]] = None) -> str:
     """sbatch the job's ``slurm.sh``; record the id in ``slurm.json``. A refusal is written as
-    the job's failed state (with Slurm's words) and raised as ``SlurmJobError``."""
+    the job's failed state (with Slurm's words) and raised as ``SlurmJobError``. ``secrets``
+    (the job's ``secret_env`` values) are in sbatch's environment only, which Slurm gives the
+    batch step (``supervisor/secrets.py``): never in the script or the job folder."""
     try:
-        slurm_id = slurm.submit(os.path.join(job_dir, SCRIPT), env_of(job))
+        slurm_id = slurm.submit(os.path.join(job_dir, SCRIPT), dict(env_of(job), **(secrets or {})))
     except (SlurmError, ValueError) as exc:
         finalize(job_dir, FAILED, str(exc), force=True)
         raise SlurmJobError(str(exc)) from None
@@ -178,7 +180,7 @@ def cancel(job_dir: str, job: Dict[str, Any], st: Optional[Dict[str, Any]], grac
     return dict(finalize(job_dir, CANCELLED, "cancelled"), log_nodes=len(job.get("nodes") or []) or 1)
 
 
-def resume(job_dir: str, job: Dict[str, Any]) -> str:
+def resume(job_dir: str, job: Dict[str, Any], secrets: Optional[Dict[str, str]] = None) -> str:
     """Submit the job's batch script again (a new Slurm job: the trainer continues from the
     latest checkpoint in the job folder); returns the new Slurm job id."""
     try:
@@ -188,4 +190,4 @@ def resume(job_dir: str, job: Dict[str, Any]) -> str:
     old = read_status(os.path.join(job_dir, "status.json")) or {}
     old.update(state=PENDING, reason="resuming: submitted to Slurm again", heartbeat=time.time(), ended=None)
     atomic_write_json(os.path.join(job_dir, "status.json"), old)
-    return submit(job_dir, job)
+    return submit(job_dir, job, secrets)

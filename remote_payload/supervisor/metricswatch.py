@@ -58,7 +58,7 @@ class MetricsFile:
             self.say("metrics.jsonl is written by the job itself: rows read from the log are no longer added")
             return
         data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             view = memoryview(data)
             while view:

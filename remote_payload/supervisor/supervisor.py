@@ -60,6 +60,7 @@ from remote_payload.supervisor import (  # noqa: E402
     launchers,
     metricswatch,
     onfinish,
+    secrets,
     webhook,
 )
 from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
@@ -124,7 +125,9 @@ class Supervisor:
             self.disk_error = "%s: %s" % (path, exc.strerror or exc)
 
     def say(self, message: str) -> None:
-        """A ``[orch]`` line in the node's log; never raises (a full disk is noted)."""
+        """A ``[orch]`` line in the node's log, a secret's value redacted; never raises (a full
+        disk is noted)."""
+        message = secrets.redact(message, self.job, os.environ)
         try:
             self.log.write(("[orch] %s\n" % message).encode("utf-8", "replace"))
         except OSError as exc:
@@ -297,6 +300,11 @@ class Supervisor:
         self.update()
         threading.Thread(target=self.heartbeat, daemon=True).start()
         environment.write_bash_env(self.job_dir)
+        lacking = secrets.lacking(self.job, os.environ)
+        if lacking:  # a supervisor not started by orch's helper (or a Slurm that dropped sbatch's environment)
+            self.finish("failed", None, "the value of secret_env %s did not reach this node: run orch resume %s from "
+                        "a laptop that has it set" % (", ".join(lacking), self.job["job_id"]))
+            return 1
         env, refused = gpuqueue.take(self.job_dir, self.job, self.node_rank, self.env(), self.cancelled, self.update,
                                      self.say)  # waits as `queued` while the host's GPUs are taken
         code = 1 if refused else self.setup(env)
@@ -367,8 +375,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--job-dir", required=True)
     parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--secrets-on-stdin", action="store_true",
+                        help="Read the values of the job's secret_env from stdin (helper/agent.py: spawn).")
     args = parser.parse_args(argv)
     testclock.shift_for_tests()
+    os.umask(0o077)  # what the job writes is its owner's only (jobdir/private.py), in a Slurm allocation too
+    if args.secrets_on_stdin:  # before anything else: in this process's environment, so every step inherits them
+        os.environ.update(secrets.receive(sys.stdin.buffer))
     sup = Supervisor(os.path.abspath(args.job_dir), args.node_rank)
     try:
         return sup.main()

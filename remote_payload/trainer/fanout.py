@@ -142,7 +142,7 @@ def filesystem_ids(out: Path, info: DistInfo, nonce: str) -> list[int]:
     root.mkdir(parents=True, exist_ok=True)
     marker = root / f".fs-{nonce}"
     try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         owner = _read_marker(marker)
     else:

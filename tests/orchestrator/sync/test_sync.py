@@ -44,7 +44,8 @@ def test_first_sync_copies_the_selection_with_modes(remote: Remote, ws: Path, tm
     dest = tmp_path / "remote" / "workspace" / selection.project_name(ws)
     assert tree(dest) == {k: v for k, v in tree(ws).items() if k in set(selection.select_files(ws, []))}
     assert summary["written"] == len(plan.send) == 5
-    assert os.stat(dest / "train.sh").st_mode & 0o777 == 0o755
+    assert os.stat(dest / "train.sh").st_mode & 0o777 == 0o700  # its owner's bits only: never other users'
+    assert os.stat(dest / "src" / "pkg" / "a.py").st_mode & 0o777 == 0o600
     assert not list(dest.rglob(".orch-tmp-*")) and not (dest / ".git").exists()
 
 

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from orchestrator.errors import HostError, RemoteError, RootNotWritable
+from orchestrator.helper import fence
 from orchestrator.helper.clock import Offset, status_to_laptop, to_laptop
 from orchestrator.helper.payload import BOOT, MISSING_EXIT, ROOT_EXIT, ROOT_MARKER, payload_hash, payload_tar
 from orchestrator.helper.session import Deadline, HelperEnded, Session, StreamCall
@@ -137,8 +138,6 @@ class Remote:
             if self._fenced:
                 return
             self._fenced = True
-            from orchestrator.helper import fence
-
             fence.settle_on(self)
 
     def call(self, op: str, *, timeout: float | None = 300, **args: Any) -> dict[str, Any]:

@@ -274,8 +274,9 @@ class Supervisor:
                     self.disk_full_at(manifest_path, exc)
                     if not self.reserve.release():
                         break
-            if self._disk_full(state, reason) != (state, reason):  # the manifest met the full disk
-                state, reason = self._disk_full(state, reason)
+            ended = self._disk_full(state, reason)
+            if ended != (state, reason):  # the manifest met the full disk
+                state, reason = ended
                 self.say("job %s: %s" % (state, reason))
             self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
         self.reserve.release()

@@ -114,6 +114,12 @@ def parse_yaml(text: str, where: str) -> tuple[Any, Marks]:
                     raise SpecError(f"{where}:{line}: a mapping key must be a plain value")
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     raise SpecError(f"{where}:{key_node.start_mark.line + 1}: `<<` merge keys are not supported")
+                if key in out:  # YAML would keep the last silently: a pasted block twice, a stray copy
+                    first = marks[path + (key, "<key>")][0]
+                    line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
+                    field_name = ".".join(str(p) for p in path + (key,))
+                    raise SpecError(f"{where}:{line}:{column}: {field_name}: given twice (first on line {first}); "
+                                    "keep one")
                 marks[path + (key, "<key>")] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                 out[key] = build(value_node, path + (key,), depth + 1)
             return out

@@ -44,6 +44,10 @@ def test_a_good_spec_passes_and_a_string_command_is_split(orch: Orch) -> None:
     ("name: ok\nhosts: [local\n", "job.yaml:3:1: invalid YAML"),
     ("- just\n- a list\n", "must be a mapping"),
     ("", "the job file is empty"),
+    ("name: ok\nhosts: [local]\nlaunch: {command: [x]}\nname: other\n",
+     "job.yaml:4:1: name: given twice (first on line 1); keep one"),
+    ("name: ok\nhosts: [local]\nlaunch:\n  command: [x]\n  nproc_per_node: 1\n  command: [y]\n",
+     "job.yaml:6:3: launch.command: given twice (first on line 4); keep one"),
 ])
 def test_invalid_specs_exit_2_with_location_and_field(orch: Orch, text: str, expected: str) -> None:
     assert expected in check(orch, text)

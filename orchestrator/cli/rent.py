@@ -43,11 +43,12 @@ ROOT = {"vast": DEFAULT_ROOT, "runpod": "/workspace/orch"}  # RunPod keeps only 
               help="SSH key to log in with (default: orch's own, made in ORCH_HOME/ssh the first time).")
 @click.option("--root", default=None, help="Where orch keeps its files on the instance (RunPod: /workspace/orch).")
 @click.option("--python", "python", default="python3", show_default=True, help="The instance's python.")
+@click.option("--user", default="root", show_default=True, help="The login user of the image.")
 @click.option("-y", "--yes", is_flag=True, help="Rent without asking (scripts).")
 @pass_app
 def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price: float | None, disk_gb: int,
              min_reliability: float | None, image: str | None, token_env: str | None, api_url: str | None,
-             key: Path | None, root: str | None, python: str, yes: bool) -> None:
+             key: Path | None, root: str | None, python: str, user: str, yes: bool) -> None:
     """Rent a GPU instance on vast.ai or RunPod: search offers, show the best one and its price,
     create it after a yes (or --yes), wait until SSH answers, and add it as a host.
 
@@ -67,7 +68,7 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
     if name == LOCAL or (app.inventory.dir / f"{name}.json").is_file():
         raise UsageError(f"a host named {name} exists already: choose another name (orch hosts ls)")
     try:
-        draft = Host(name=name, root=root or ROOT[provider], python=python,
+        draft = Host(name=name, root=root or ROOT[provider], python=python, user=user,
                      provider=ProviderRef(name=provider, instance="new", token_env=token_env,  # type: ignore[arg-type]
                                           api_url=api_url))
     except ValidationError as exc:
@@ -89,7 +90,8 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
     if answer is None:
         raise UsageError("renting starts billing; to rent it: " + _command(name, provider, gpu, count, max_price,
                                                                            disk_gb, min_reliability, image,
-                                                                           token_env, api_url, key, root, python))
+                                                                           token_env, api_url, key, root, python,
+                                                                           user))
     if not answer:
         raise UsageError("nothing was rented")
     private, public_line = keys.orch_key(key, app.say)
@@ -115,7 +117,7 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
 
 def _command(name: str, provider: str, gpu: str, count: int, max_price: float | None, disk_gb: int,
              min_reliability: float | None, image: str | None, token_env: str, api_url: str | None,
-             key: Path | None, root: str | None, python: str) -> str:
+             key: Path | None, root: str | None, python: str, user: str) -> str:
     """The ``orch rent ... --yes`` line that rents what this one showed."""
     argv = ["orch", "rent", name, "--provider", provider, "--gpu", gpu]
     argv += ["--count", str(count)] if count != 1 else []
@@ -128,6 +130,7 @@ def _command(name: str, provider: str, gpu: str, count: int, max_price: float | 
     argv += ["--key", str(key)] if key else []
     argv += ["--root", root] if root else []
     argv += ["--python", python] if python != "python3" else []
+    argv += ["--user", user] if user != "root" else []
     return shlex.join([*argv, "--yes"])
 
 

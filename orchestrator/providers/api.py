@@ -137,11 +137,12 @@ def _squash(name: str) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the instance's sshd answers now. The password is never printed (``repr``)."""
+    """Where the instance's sshd answers now. ``user`` None: the provider does not say (the
+    host entry's user logs in, root unless given). The password is never printed (``repr``)."""
 
     address: str
     port: int
-    user: str
+    user: str | None
     password: str | None = field(default=None, repr=False)
 
 

@@ -128,7 +128,8 @@ class RunPod(Provider):
         return ("released", "deleted") if pod is None else _state(pod)
 
     def endpoint(self, instance_id: str) -> Endpoint:
-        """``publicIp`` and ``portMappings["22"]`` (the public port of the pod's sshd), user root."""
+        """``publicIp`` and ``portMappings["22"]`` (the public port of the pod's sshd); the
+        login user is the entry's (root on RunPod's images)."""
         pod = self._pod(instance_id) or {}
         address, ports = pod.get("publicIp"), pod.get("portMappings")
         port = ports.get("22") if isinstance(ports, dict) else None
@@ -137,7 +138,7 @@ class RunPod(Provider):
         if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int) and 1 <= port <= 65535):
             raise ProviderError(self.name, "pod", "no SSH endpoint yet (publicIp, portMappings 22); "
                                 "the pod may still be starting")
-        return Endpoint(address=address, port=port, user="root")
+        return Endpoint(address=address, port=port, user=None)
 
     def power_on(self, instance_id: str) -> None:
         try:

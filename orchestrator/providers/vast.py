@@ -130,7 +130,8 @@ class Vast(Provider):
         return ("released", "destroyed") if row is None else _state(row)
 
     def endpoint(self, instance_id: str) -> Endpoint:
-        """``ssh_host``/``ssh_port`` of the instance (vast's SSH proxy), user root."""
+        """``ssh_host``/``ssh_port`` of the instance (vast's SSH proxy); the login user is the
+        entry's (root on vast)."""
         row = self._row(instance_id) or {}
         address, port = row.get("ssh_host"), row.get("ssh_port")
         if isinstance(port, str) and port.isdigit():
@@ -138,7 +139,7 @@ class Vast(Provider):
         if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int) and 1 <= port <= 65535):
             raise ProviderError(self.name, "instance", "no SSH endpoint yet (ssh_host, ssh_port); "
                                 "the instance may still be starting")
-        return Endpoint(address=address, port=port, user="root")
+        return Endpoint(address=address, port=port, user=None)
 
     def power_on(self, instance_id: str) -> None:
         try:

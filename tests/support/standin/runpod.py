@@ -13,7 +13,6 @@ gets HTTP 401. Test-only calls under ``/standin/`` (no key): ``ledger``, ``stock
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import time
 from pathlib import Path
@@ -38,7 +37,11 @@ class RunPodStandin(StandinServer):
         super().__init__(workdir, token, boot_delay_s)
         self.out_of_stock = 0
         self.pods: dict[str, dict[str, Any]] = {}  # what create was asked, per pod id
-        self.users = (f"{user_prefix}{i}" for i in itertools.count())
+        self.user_prefix = user_prefix
+
+    def next_user(self) -> str:
+        """The login user of the next instance created (one per instance)."""
+        return f"{self.user_prefix}{len(self.boxes)}"
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"id": b.id, "desiredStatus": b.status, "user": b.user} for b in self.boxes.values()]
@@ -95,7 +98,7 @@ class RunPodStandin(StandinServer):
             return 400, {"error": "There are no longer any instances available with the requested specifications.",
                          "status": 400}
         count = int(body.get("gpuCount") or 1)
-        box = new_box(self.workdir, secrets.token_hex(7), next(self.users), "RUNNING", round(each * count, 4),
+        box = new_box(self.workdir, secrets.token_hex(7), self.next_user(), "RUNNING", round(each * count, 4),
                       password=False)
         wipe(box)
         if isinstance(key, str) and key.startswith(("ssh-", "ecdsa-")):

@@ -44,8 +44,12 @@ class VastStandin(StandinServer):
         self.offers = [dict(o) for o in OFFERS]
         self.rented: dict[str, int] = {}  # instance id -> offer id
         self.create_fault: int | None = None
-        self.users = (f"{user_prefix}{i}" for i in itertools.count())
+        self.user_prefix = user_prefix
         self.ids = itertools.count(81000001)
+
+    def next_user(self) -> str:
+        """The login user of the next instance created (one per instance)."""
+        return f"{self.user_prefix}{len(self.boxes)}"
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"id": int(b.id), "actual_status": b.status, "user": b.user} for b in self.boxes.values()]
@@ -88,7 +92,7 @@ class VastStandin(StandinServer):
             return 400, {"success": False, "error": "no_such_ask", "msg": f"Offer {offer_id} is no longer available."}
         if not isinstance(args.get("image"), str) or not isinstance(args.get("disk"), (int, float)):
             return 400, {"success": False, "error": "invalid_args", "msg": "image and disk are required"}
-        box = new_box(self.workdir, str(next(self.ids)), next(self.users), "loading", float(offer["dph_total"]),
+        box = new_box(self.workdir, str(next(self.ids)), self.next_user(), "loading", float(offer["dph_total"]),
                       password=False)
         wipe(box)  # a new instance starts with an empty disk
         self.boxes[box.id] = box

@@ -15,6 +15,7 @@ from orchestrator.cli.app import App, pass_app
 from orchestrator.cli.provision import login, remember_price
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef
+from orchestrator.hosts.presets import PRESETS
 from orchestrator.providers.api import ProviderError, Wanted
 from orchestrator.providers.open import open_named
 from orchestrator.spec.model import ENV_KEY_RE
@@ -22,7 +23,8 @@ from orchestrator.spec.model import ENV_KEY_RE
 TOKEN_ENV = {"vast": "VAST_API_KEY", "runpod": "RUNPOD_API_KEY"}
 IMAGE = {"vast": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
          "runpod": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"}
-ROOT = {"vast": DEFAULT_ROOT, "runpod": "/workspace/orch"}  # RunPod keeps only /workspace over a stop
+ROOT = {"vast": DEFAULT_ROOT, "runpod": PRESETS["runpod"].root or DEFAULT_ROOT}  # RunPod keeps only /workspace
+PRESET = {"vast": [], "runpod": ["runpod"]}  # how the box powers itself off (on_finish, the idle guard)
 
 
 @click.command("rent")
@@ -68,7 +70,7 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
     if name == LOCAL or (app.inventory.dir / f"{name}.json").is_file():
         raise UsageError(f"a host named {name} exists already: choose another name (orch hosts ls)")
     try:
-        draft = Host(name=name, root=root or ROOT[provider], python=python, user=user,
+        draft = Host(name=name, root=root or ROOT[provider], python=python, user=user, presets=PRESET[provider],
                      provider=ProviderRef(name=provider, instance="new", token_env=token_env,  # type: ignore[arg-type]
                                           api_url=api_url))
     except ValidationError as exc:

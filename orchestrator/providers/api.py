@@ -1,7 +1,8 @@
 """The provider interface: what orch asks of a rental API, and the errors it raises.
 
 A provider module (``autodl.py``, ``vast.py``, ``runpod.py``) implements ``Provider`` over its
-HTTP API. Contracts every implementation keeps:
+HTTP API (``Marketplace`` is what the two marketplaces share). Contracts every implementation
+keeps:
 
 - every call has a timeout (``http.JsonClient``) and raises ``ProviderError`` naming the
   provider, the call and the provider's own message; a refused token or an unreachable API is
@@ -17,10 +18,11 @@ HTTP API. Contracts every implementation keeps:
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from orchestrator.errors import OrchError
 
@@ -210,6 +212,55 @@ class Provider:
         raise CreateUncertain(self.name, call, f"{cause}. The provider may or may not have rented an instance: "
                               f"look at your instances ({self.console}) and destroy one you do not want; "
                               "orch does not try again (a second try could rent a second GPU)")
+
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
+
+
+class Marketplace(Provider):
+    """A marketplace (vast.ai, RunPod): an instance is one row of one GET, destroyed in any
+    state; a subclass reads the row (``row``: None once the provider no longer knows the
+    instance), its state, price and SSH address and port. The login user is the host entry's
+    (root on both)."""
+
+    release_needs_off = False
+    gone = "destroyed"
+    call = "instance"
+
+    def row(self, instance_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
+        raise NotImplementedError
+
+    def row_price(self, row: dict[str, Any]) -> object:
+        raise NotImplementedError
+
+    def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
+        """The row's SSH address and port as the provider wrote them (checked by ``endpoint``)."""
+        raise NotImplementedError
+
+    def instance(self, instance_id: str) -> Instance:
+        row = self.row(instance_id)
+        if row is None:
+            return Instance(id=instance_id, state="released", status=self.gone)
+        state, status = self.row_state(row)
+        price = self.row_price(row)
+        return Instance(id=instance_id, state=state, status=status, currency="USD",
+                        price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None)
+
+    def state(self, instance_id: str) -> tuple[State, str]:
+        row = self.row(instance_id)
+        return ("released", self.gone) if row is None else self.row_state(row)
+
+    def endpoint(self, instance_id: str) -> Endpoint:
+        address, port = self.row_ssh(self.row(instance_id) or {})
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int)
+                and 1 <= port <= 65535):
+            raise ProviderError(self.name, self.call, "no SSH endpoint yet; the instance may still be starting")
+        return Endpoint(address=address, port=port, user=None)
 
 
 def stock_retry_delays() -> list[float]:

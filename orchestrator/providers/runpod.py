@@ -17,14 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orchestrator.providers.api import (Endpoint, Instance, Offer, OutOfStock, Provider, ProviderAuthError,
-                                        ProviderError, State, Wanted)
+from orchestrator.providers.api import (Marketplace, Offer, OutOfStock, ProviderAuthError, ProviderError, State,
+                                        Wanted)
 from orchestrator.providers.http import JsonClient
 
 REST_URL = "https://rest.runpod.io/v1"
 GRAPHQL_URL = "https://api.runpod.io/graphql"
 ROOT = "/workspace/orch"
-_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9 ._()-]{1,80}$")
 _STOCK_WORDS = ("not enough free gpu", "no longer any instances available", "no instances available",
@@ -41,11 +40,12 @@ PRICES = """query OrchPrices($n: Int!) {
 }"""
 
 
-class RunPod(Provider):
+class RunPod(Marketplace):
     """RunPod pods for one API key."""
 
     name = "runpod"
-    release_needs_off = False
+    gone = "deleted"
+    call = "pod"
     console = "https://console.runpod.io/pods"
 
     def __init__(self, token: str, api_url: str | None = None) -> None:
@@ -102,43 +102,28 @@ class RunPod(Provider):
                                 f"({self.console}) before trying again")
         return pod_id
 
-    def _pod(self, instance_id: str, call: str = "pod") -> dict[str, Any] | None:
+    def row(self, instance_id: str) -> dict[str, Any] | None:
         """``GET /pods/{id}``; None when RunPod no longer knows it (404)."""
         try:
-            answer = self.rest.request("GET", f"/pods/{instance_id}", call)
+            answer = self.rest.request("GET", f"/pods/{instance_id}", self.call)
         except ProviderError as exc:
             if exc.status == 404:
                 return None
             raise
         if not isinstance(answer, dict):
-            raise ProviderError(self.name, call, "answer holds no pod")
+            raise ProviderError(self.name, self.call, "answer holds no pod")
         return answer
 
-    def instance(self, instance_id: str) -> Instance:
-        pod = self._pod(instance_id)
-        if pod is None:
-            return Instance(id=instance_id, state="released", status="deleted")
-        state, status = _state(pod)
-        price = pod.get("costPerHr")
-        return Instance(id=instance_id, state=state, status=status, currency="USD",
-                        price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None)
+    def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
+        return _state(row)
 
-    def state(self, instance_id: str) -> tuple[State, str]:
-        pod = self._pod(instance_id)
-        return ("released", "deleted") if pod is None else _state(pod)
+    def row_price(self, row: dict[str, Any]) -> object:
+        return row.get("costPerHr")
 
-    def endpoint(self, instance_id: str) -> Endpoint:
-        """``publicIp`` and ``portMappings["22"]`` (the public port of the pod's sshd); the
-        login user is the entry's (root on RunPod's images)."""
-        pod = self._pod(instance_id) or {}
-        address, ports = pod.get("publicIp"), pod.get("portMappings")
-        port = ports.get("22") if isinstance(ports, dict) else None
-        if isinstance(port, str) and port.isdigit():
-            port = int(port)
-        if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int) and 1 <= port <= 65535):
-            raise ProviderError(self.name, "pod", "no SSH endpoint yet (publicIp, portMappings 22); "
-                                "the pod may still be starting")
-        return Endpoint(address=address, port=port, user=None)
+    def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
+        """``publicIp`` and ``portMappings["22"]``: the public port of the pod's sshd."""
+        ports = row.get("portMappings")
+        return row.get("publicIp"), ports.get("22") if isinstance(ports, dict) else None
 
     def power_on(self, instance_id: str) -> None:
         try:

@@ -14,25 +14,22 @@ or an HTTP 5xx, and puts the key in the URL.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from orchestrator.providers.api import Endpoint, Instance, Offer, OutOfStock, Provider, ProviderError, State, Wanted
+from orchestrator.providers.api import Marketplace, Offer, OutOfStock, ProviderError, State, Wanted
 from orchestrator.providers.http import JsonClient
 
 API_URL = "https://console.vast.ai"
 BASE = "/api/v0"
 SEARCH_LIMIT = 64
 DEFAULT_RELIABILITY = 0.95
-_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
 _STOCK_WORDS = ("no_such_ask", "not available", "unavailable", "already rented", "insufficient")
 
 
-class Vast(Provider):
+class Vast(Marketplace):
     """vast.ai instances for one API key."""
 
     name = "vast"
-    release_needs_off = False
     console = "https://cloud.vast.ai/instances/"
 
     def __init__(self, token: str, api_url: str | None = None) -> None:
@@ -104,7 +101,7 @@ class Vast(Provider):
     def authorize_key(self, instance_id: str, public_key: str) -> None:
         self._call("POST", f"/instances/{instance_id}/ssh/", "attach-ssh", body={"ssh_key": public_key})
 
-    def _row(self, instance_id: str) -> dict[str, Any] | None:
+    def row(self, instance_id: str) -> dict[str, Any] | None:
         """``GET /instances/{id}/``: the instance's row, None once it is destroyed."""
         answer = self._call("GET", f"/instances/{instance_id}/", "instance", query={"owner": "me"})
         if not isinstance(answer, dict) or "instances" not in answer:
@@ -116,30 +113,15 @@ class Vast(Provider):
             raise ProviderError(self.name, "instance", "answer holds no instance")
         return row
 
-    def instance(self, instance_id: str) -> Instance:
-        row = self._row(instance_id)
-        if row is None:
-            return Instance(id=instance_id, state="released", status="destroyed")
-        state, status = _state(row)
-        price = row.get("dph_total")
-        return Instance(id=instance_id, state=state, status=status, currency="USD",
-                        price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None)
+    def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
+        return _state(row)
 
-    def state(self, instance_id: str) -> tuple[State, str]:
-        row = self._row(instance_id)
-        return ("released", "destroyed") if row is None else _state(row)
+    def row_price(self, row: dict[str, Any]) -> object:
+        return row.get("dph_total")
 
-    def endpoint(self, instance_id: str) -> Endpoint:
-        """``ssh_host``/``ssh_port`` of the instance (vast's SSH proxy); the login user is the
-        entry's (root on vast)."""
-        row = self._row(instance_id) or {}
-        address, port = row.get("ssh_host"), row.get("ssh_port")
-        if isinstance(port, str) and port.isdigit():
-            port = int(port)
-        if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int) and 1 <= port <= 65535):
-            raise ProviderError(self.name, "instance", "no SSH endpoint yet (ssh_host, ssh_port); "
-                                "the instance may still be starting")
-        return Endpoint(address=address, port=port, user=None)
+    def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
+        """``ssh_host``/``ssh_port``: vast's SSH proxy to the instance."""
+        return row.get("ssh_host"), row.get("ssh_port")
 
     def power_on(self, instance_id: str) -> None:
         try:

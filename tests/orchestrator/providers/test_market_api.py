@@ -24,9 +24,10 @@ from tests.support.orch import dead_port
 Answer = Callable[[str, str, dict[str, str]], tuple[int, bytes]]
 
 
-def answer(body: Any, status: int = 200) -> Answer:
+def answer(body: Any, status: int = 200, delay_s: float = 0) -> Answer:
+    """``body`` as JSON with ``status``, after ``delay_s`` seconds."""
     raw = b"" if body is None else json.dumps(body).encode()
-    return lambda method, path, headers: (status, raw)
+    return lambda method, path, headers: (time.sleep(delay_s), (status, raw))[1]
 
 
 VAST_ROWS = [
@@ -114,10 +115,7 @@ def test_vast_create_is_sent_once_whatever_the_answer(api: dict[str, Any], reply
 
 def test_a_create_that_times_out_is_uncertain_and_one_never_sent_is_not(api: dict[str, Any],
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
-        time.sleep(2)
-        return 200, b'{"success": true, "new_contract": 5}'
-    api["answer"] = slow
+    api["answer"] = answer({"success": True, "new_contract": 5}, delay_s=2)
     monkeypatch.setenv("ORCH_PROVIDER_TIMEOUT_S", "0.5")
     with pytest.raises(CreateUncertain, match="timed out. The provider may or may not have rented an instance"):
         Vast("k", api["url"]).create(OFFER, "img", 40, "orch-g", "ssh-ed25519 AAAA x")

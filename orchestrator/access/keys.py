@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.errors import UsageError
+from orchestrator.home import orch_home
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport.base import CommandFailed, Transport
 
@@ -69,6 +70,23 @@ def choose_key(key: Path | None, say: Callable[[str], None]) -> tuple[Path, str]
             return private, _public_line(public)
     private = ssh_dir() / "id_ed25519"
     say(f"no key in {ssh_dir()}: generating {private} (ed25519, no passphrase) with ssh-keygen")
+    return _generate(private)
+
+
+def orch_key(key: Path | None, say: Callable[[str], None]) -> tuple[Path, str]:
+    """The key a rented instance is made with: ``key`` if given, else orch's own
+    ``ORCH_HOME/ssh/id_ed25519``, made with ssh-keygen the first time (said through ``say``)."""
+    if key is not None:
+        return choose_key(key, say)
+    private = orch_home() / "ssh" / "id_ed25519"
+    if private.is_file() and Path(str(private) + ".pub").is_file():
+        return private, _public_line(Path(str(private) + ".pub"))
+    say(f"generating orch's own SSH key {private} (ed25519) for rented instances")
+    return _generate(private)
+
+
+def _generate(private: Path) -> tuple[Path, str]:
+    """A new ed25519 key without a passphrase at ``private`` (its folder 0700)."""
     private.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orch", "-f", str(private)],

@@ -35,7 +35,7 @@ def connectable(host: Host) -> Host:
         raise HostError(f"{host.name}: the {provider.name} instance {host.provider.instance} is {status or state}; "
                         f"power it on with `orch up {host.name}`")
     end = provider.endpoint(host.provider.instance)
-    return host.live(end.address, end.port, end.user, end.password)
+    return host.live(end.address, end.port, end.user or host.user, end.password)
 
 
 def describe(found: Instance) -> str:

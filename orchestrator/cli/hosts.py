@@ -76,7 +76,7 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> st
 @hosts_group.command("add")
 @click.argument("name")
 @click.option("--ssh", "ssh_command", default=None, help='What the provider shows, e.g. "ssh -p 23456 root@host".')
-@click.option("--provider", type=click.Choice(["autodl"]), default=None,
+@click.option("--provider", type=click.Choice(["autodl", "vast", "runpod"]), default=None,
               help="A rented instance: address, port and password come from the provider's API on each connect.")
 @click.option("--instance", default=None, help="The provider's instance id (with --provider).")
 @click.option("--token-env", default=None, help="Name of the variable holding the provider's API token (never stored).")

@@ -68,8 +68,11 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "queue": ("queue", "Show each host's GPU queue: its GPUs, the running jobs with their GPUs, and the waiting ones "
                        "with their place, priority, what they need and since when."),
     "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
-    "release": ("provision", "Give a provider host's instance back for good (AutoDL: a powered-off one; its disk is "
-                             "deleted) and remove the host entry. Asks first; --yes for scripts."),
+    "release": ("provision", "Give a provider host's instance back for good (AutoDL: a powered-off one; vast, "
+                             "RunPod: destroyed in any state; its disks are deleted) and remove the host entry. Asks "
+                             "first; --yes for scripts."),
+    "rent": ("rent", "Rent a GPU instance on vast.ai or RunPod: search offers, show the best one and its price, "
+                     "create it after a yes (or --yes), wait until SSH answers, and add it as a host."),
     "resume": ("resume", "Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in trainer "
                          "continues from its latest complete checkpoint."),
     "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),

@@ -20,7 +20,8 @@ def provider_host(app: App, name: str) -> Host:
     host = app.inventory.get(name)
     if host.provider is None:
         raise UsageError(f"{name} is not a provider host: `orch up`/`down` need one added with "
-                         f"`orch hosts add {name} --provider autodl --instance ID --token-env VAR`")
+                         f"`orch hosts add {name} --provider autodl --instance ID --token-env VAR` "
+                         "or rented with `orch rent`")
     return host
 
 
@@ -86,22 +87,29 @@ def down_cmd(app: App, name: str) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts).")
 @pass_app
 def release_cmd(app: App, name: str, yes: bool) -> None:
-    """Give a provider host's instance back for good (AutoDL: a powered-off one; its disk is
-    deleted) and remove the host entry. Asks first; --yes for scripts.
+    """Give a provider host's instance back for good (AutoDL: a powered-off one; vast, RunPod:
+    destroyed in any state; its disks are deleted) and remove the host entry. Asks first;
+    --yes for scripts.
 
     \b
-    Example:
+    Examples:
       orch down a100 && orch release a100
+      orch release rented4090 --yes
     """
     host = provider_host(app, name)
     assert host.provider is not None
     provider, instance = provider_of(host), host.provider.instance
     state, status = provider.state(instance)
-    if state != "off":
+    if state == "released":
+        app.inventory.remove(name)
+        app.say(f"{name}: {provider.name} instance {instance} was already {status or state}; "
+                "the host entry is removed")
+        return
+    if provider.release_needs_off and state != "off":
         raise UsageError(f"{name}: the {provider.name} instance {instance} is {status or state}; "
                          f"power it off first: orch down {name}")
-    answer = yes or confirm(f"Release {provider.name} instance {instance} ({name})? Its disks are deleted.",
-                            default=False)
+    answer = yes or confirm(f"Release {provider.name} instance {instance} ({name}, {status or state})? "
+                            "Its disks are deleted.", default=False)
     if answer is None:
         raise UsageError(f"releasing deletes the instance and its disks: orch release {name} --yes")
     if not answer:

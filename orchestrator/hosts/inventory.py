@@ -39,7 +39,7 @@ class ProviderRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Literal["autodl"]
+    name: Literal["autodl", "vast", "runpod"]
     instance: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     token_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     api_url: str | None = Field(None, pattern=r"^https?://[^\s]+$",

@@ -25,6 +25,11 @@ PRESETS: dict[str, Preset] = {
         shutdown_argv=("shutdown",),
         help="AutoDL: everything on the data disk /root/autodl-tmp; `shutdown` stops billing.",
     ),
+    "runpod": Preset(
+        root="/workspace/orch",
+        shutdown_argv=("sh", "-c", 'runpodctl stop pod "$RUNPOD_POD_ID"'),
+        help="RunPod: orch on the /workspace volume (kept over a stop); `runpodctl stop pod` stops billing.",
+    ),
     "autodl-network-turbo": Preset(
         setup_prefix="source /etc/network_turbo\n",
         help="AutoDL's academic proxy, around the setup step only.",

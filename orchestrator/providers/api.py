@@ -1,24 +1,28 @@
 """The provider interface: what orch asks of a rental API, and the errors it raises.
 
-A provider module (``autodl.py``) implements ``Provider`` over its HTTP API. Contracts every
-implementation keeps:
+A provider module (``autodl.py``, ``vast.py``, ``runpod.py``) implements ``Provider`` over its
+HTTP API (``Marketplace`` is what the two marketplaces share). Contracts every implementation
+keeps:
 
 - every call has a timeout (``http.JsonClient``) and raises ``ProviderError`` naming the
   provider, the call and the provider's own message; a refused token or an unreachable API is
   exit 3 (``ProviderAuthError``, ``ProviderUnreachable``), a refusal by the provider exit 4;
 - ``endpoint`` is read fresh on every call and never cached: a power cycle may move the
   instance and change its SSH port and password (the password lives in memory only);
-- ``create`` is never retried (a retry after an ambiguous failure could rent a second GPU);
+- ``create`` is sent once and never retried (a retry after an ambiguous failure could rent a
+  second GPU): a failure that may have happened after the provider acted (a timeout, a reset
+  connection, an HTTP 5xx) is ``CreateUncertain``, which says what to check instead;
 - ``power_on`` is one call; ``power_on_retrying`` adds the bounded backoff for out of stock.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from orchestrator.errors import OrchError
 
@@ -32,8 +36,8 @@ class ProviderError(OrchError):
 
     exit_code = 4
 
-    def __init__(self, provider: str, call: str, message: str) -> None:
-        self.provider, self.call, self.message = provider, call, message
+    def __init__(self, provider: str, call: str, message: str, status: int | None = None) -> None:
+        self.provider, self.call, self.message, self.status = provider, call, message, status
         super().__init__(f"{provider} {call}: {message}")
 
 
@@ -44,9 +48,20 @@ class ProviderAuthError(ProviderError):
 
 
 class ProviderUnreachable(ProviderError):
-    """The provider's API did not answer in time or could not be reached (exit 3)."""
+    """The provider's API did not answer in time or could not be reached (exit 3).
+    ``maybe_sent``: false only when the request surely never reached the provider (the
+    connection was refused, the name did not resolve)."""
 
     exit_code = 3
+
+    def __init__(self, provider: str, call: str, message: str, maybe_sent: bool = True) -> None:
+        super().__init__(provider, call, message)
+        self.maybe_sent = maybe_sent
+
+
+class CreateUncertain(ProviderError):
+    """A create call failed in a way that does not say whether an instance was rented; it is
+    never retried. The message names what to check (exit 4)."""
 
 
 class OutOfStock(ProviderError):
@@ -72,19 +87,77 @@ class Instance:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """One rentable machine of a marketplace, as ``search`` found it: ``price_per_hour`` for the
+    whole machine (every GPU) in ``currency``; ``reliability`` in 0..1 and ``disk_gb`` where
+    the provider reports them (None otherwise); ``ref``: what ``create`` needs of it."""
+
+    provider: str
+    id: str
+    gpu: str
+    count: int
+    price_per_hour: float
+    currency: str = "USD"
+    gpu_memory_gb: float | None = None
+    disk_gb: float | None = None
+    reliability: float | None = None
+    where: str = ""
+    ref: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        """``1x RTX 4090 (24 GB), 0.35 USD/h, reliability 0.99, disk 100 GB, Norway``."""
+        words = [f"{self.count}x {self.gpu}" + (f" ({self.gpu_memory_gb:g} GB)" if self.gpu_memory_gb else ""),
+                 f"{self.price_per_hour:.3g} {self.currency}/h"]
+        if self.reliability is not None:
+            words.append(f"reliability {self.reliability:.3f}".rstrip("0").rstrip("."))
+        if self.disk_gb is not None:
+            words.append(f"disk up to {self.disk_gb:.0f} GB")
+        if self.where:
+            words.append(self.where)
+        return ", ".join(words)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What ``orch rent`` asks a marketplace for: ``gpu`` matched against the provider's GPU
+    names without regard to case, spaces, dashes or underscores."""
+
+    gpu: str
+    count: int = 1
+    max_price: float | None = None
+    disk_gb: int = 40
+    min_reliability: float | None = None
+
+    def gpu_matches(self, *names: str) -> bool:
+        want = _squash(self.gpu)
+        return any(want == _squash(name) or (len(want) >= 3 and want in _squash(name)) for name in names if name)
+
+
+def _squash(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+@dataclass(frozen=True)
 class Endpoint:
-    """Where the instance's sshd answers now. The password is never printed (``repr``)."""
+    """Where the instance's sshd answers now. ``user`` None: the provider does not say (the
+    host entry's user logs in, root unless given). The password is never printed (``repr``)."""
 
     address: str
     port: int
-    user: str
+    user: str | None
     password: str | None = field(default=None, repr=False)
 
 
 class Provider:
-    """One provider's API for one token. Marketplace calls are optional."""
+    """One provider's API for one token. Marketplace calls are optional.
+
+    ``release_needs_off``: ``release`` is refused by the provider unless the instance is off
+    (AutoDL); a marketplace destroys an instance in any state. ``console``: where a person
+    checks their instances (named by ``CreateUncertain``)."""
 
     name = "provider"
+    release_needs_off = True
+    console = ""
 
     def instance(self, instance_id: str) -> Instance:
         raise NotImplementedError
@@ -105,13 +178,89 @@ class Provider:
         raise NotImplementedError
 
     def release(self, instance_id: str) -> None:
+        """Give the instance back for good (its disks go with it)."""
         raise NotSupported(self.name, "release", "not available")
 
-    def search(self, **wanted: object) -> list[dict[str, object]]:
+    def search(self, wanted: Wanted) -> list[Offer]:
+        """Offers matching ``wanted``, the cheapest first."""
         raise NotSupported(self.name, "search", "this provider has no marketplace offers")
 
-    def create(self, **wanted: object) -> str:
+    def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
+        """Rent ``offer`` with ``image`` and ``disk_gb``; the new instance's id. Sent once;
+        ``public_key`` (an OpenSSH line) goes in where the provider takes one at creation."""
         raise NotSupported(self.name, "create", "not available through orch")
+
+    def authorize_key(self, instance_id: str, public_key: str) -> None:
+        """Let ``public_key`` log in to a created instance, where the provider takes keys
+        after creation (nothing to do where ``create`` took it)."""
+
+    def create_once(self, call: str, send: Callable[[], object]) -> object:
+        """``send()`` — the one create request — with an ambiguous failure turned into
+        ``CreateUncertain``: what to check, and never a second request."""
+        try:
+            return send()
+        except ProviderAuthError:
+            raise
+        except ProviderUnreachable as exc:
+            if not exc.maybe_sent:
+                raise
+            cause = exc.message
+        except ProviderError as exc:
+            if exc.status is None or exc.status < 500:
+                raise
+            cause = exc.message
+        raise CreateUncertain(self.name, call, f"{cause}. The provider may or may not have rented an instance: "
+                              f"look at your instances ({self.console}) and destroy one you do not want; "
+                              "orch does not try again (a second try could rent a second GPU)")
+
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
+
+
+class Marketplace(Provider):
+    """A marketplace (vast.ai, RunPod): an instance is one row of one GET, destroyed in any
+    state; a subclass reads the row (``row``: None once the provider no longer knows the
+    instance), its state, price and SSH address and port. The login user is the host entry's
+    (root on both)."""
+
+    release_needs_off = False
+    gone = "destroyed"
+    call = "instance"
+
+    def row(self, instance_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
+        raise NotImplementedError
+
+    def row_price(self, row: dict[str, Any]) -> object:
+        raise NotImplementedError
+
+    def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
+        """The row's SSH address and port as the provider wrote them (checked by ``endpoint``)."""
+        raise NotImplementedError
+
+    def instance(self, instance_id: str) -> Instance:
+        row = self.row(instance_id)
+        if row is None:
+            return Instance(id=instance_id, state="released", status=self.gone)
+        state, status = self.row_state(row)
+        price = self.row_price(row)
+        return Instance(id=instance_id, state=state, status=status, currency="USD",
+                        price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None)
+
+    def state(self, instance_id: str) -> tuple[State, str]:
+        row = self.row(instance_id)
+        return ("released", self.gone) if row is None else self.row_state(row)
+
+    def endpoint(self, instance_id: str) -> Endpoint:
+        address, port = self.row_ssh(self.row(instance_id) or {})
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int)
+                and 1 <= port <= 65535):
+            raise ProviderError(self.name, self.call, "no SSH endpoint yet; the instance may still be starting")
+        return Endpoint(address=address, port=port, user=None)
 
 
 def stock_retry_delays() -> list[float]:

@@ -2,9 +2,11 @@
 
 Contracts: every request has a timeout (``ORCH_PROVIDER_TIMEOUT_S``, 30 s); a request is sent
 once, never retried here (callers decide: creation never is); an answer is read up to 4 MiB and
-parsed as JSON, anything else is a ``ProviderError``; 401/403 is ``ProviderAuthError``, a
-refused connection, DNS failure or timeout ``ProviderUnreachable``. The token travels in a
-header only: it is never part of a URL, a message or a log line.
+parsed as JSON (an empty answer, as to a DELETE, is None), anything else is a
+``ProviderError``; an HTTP error carries its status; 401/403 is ``ProviderAuthError``, a refused
+connection, DNS failure or timeout ``ProviderUnreachable`` (``maybe_sent`` false only for the
+first two, where the provider surely never saw the request). The token travels in a header
+only: it is never part of a URL, a message or a log line.
 """
 
 from __future__ import annotations
@@ -48,13 +50,18 @@ class JsonClient:
         except urllib.error.HTTPError as exc:
             text = _words(exc.read(4096))
             if exc.code in (401, 403):
-                raise ProviderAuthError(self.provider, call, f"the token was refused (HTTP {exc.code}){text}") from None
-            raise ProviderError(self.provider, call, f"HTTP {exc.code}{text}") from None
+                raise ProviderAuthError(self.provider, call, f"the token was refused (HTTP {exc.code}){text}",
+                                        status=exc.code) from None
+            raise ProviderError(self.provider, call, f"HTTP {exc.code}{text}", status=exc.code) from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise ProviderUnreachable(self.provider, call, f"cannot reach {self.base}: {reason}") from None
+            unsent = isinstance(reason, (ConnectionRefusedError, socket.gaierror))
+            raise ProviderUnreachable(self.provider, call, f"cannot reach {self.base}: {reason}",
+                                      maybe_sent=not unsent) from None
         if len(raw) > MAX_ANSWER:
             raise ProviderError(self.provider, call, f"answer larger than {MAX_ANSWER} bytes")
+        if not raw.strip():
+            return None
         try:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError):

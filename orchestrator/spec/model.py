@@ -277,7 +277,7 @@ class JobSpec(Frozen):
         default_factory=list, description="Names of variables read from the laptop's environment at submit (and at "
         "orch resume) and set in the job's environment on every node: delivered over the connection, never written "
         "in a file on the server, a record, a log or the registry (HF_TOKEN, a webhook URL for url_env).")
-    presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror"]] = Field(default_factory=list)
+    presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror", "runpod"]] = Field(default_factory=list)
     launch: Launch = Field(default_factory=Launch)
     train: TrainConfig | None = Field(None, description="The built-in trainer; exclusive with launch.command.")
     outputs: list[str] = Field(

@@ -5,9 +5,7 @@ never guesses; out-of-stock power-on is retried a bounded number of times, each 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -17,38 +15,6 @@ from orchestrator.providers.autodl import AutoDL
 from tests.support.orch import dead_port
 
 Answer = Callable[[str, str, dict[str, str]], tuple[int, bytes]]
-
-
-@pytest.fixture(scope="module")
-def api() -> Iterator[dict[str, Any]]:
-    """A server whose answer is ``state["answer"](method, path, headers)``; requests are kept."""
-    state: dict[str, Any] = {"answer": None, "seen": []}
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _any(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            state["seen"].append((self.command, self.path, dict(self.headers), body))
-            status, raw = state["answer"](self.command, self.path, dict(self.headers))
-            try:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (the timeout test)
-
-        do_GET = do_POST = _any
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state["url"] = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
-    server.server_close()
 
 
 def envelope(data: Any, code: str = "Success", msg: str = "") -> Answer:

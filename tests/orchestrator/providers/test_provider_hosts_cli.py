@@ -47,3 +47,17 @@ def test_ssh_config_leaves_a_provider_host_out_and_orch_ssh_says_why(orch: Orch)
     assert "Host orch-plain" in block and "orch-p3" not in block
     refused = orch("ssh", "p3", check=2)
     assert "p3 is a provider host" in refused.stderr and "orch exec p3 -- CMD" in refused.stderr
+
+
+def test_an_existing_vast_or_runpod_instance_is_added_with_the_key_it_lets_in(orch: Orch) -> None:
+    orch("hosts", "add", "v1", "--provider", "vast", "--instance", "81234567", "--token-env", "VAST_API_KEY",
+         "--identity", "~/.ssh/id_ed25519")
+    orch("hosts", "add", "r1", "--provider", "runpod", "--instance", "abc123xyz", "--token-env", "RUNPOD_API_KEY",
+         "--preset", "runpod")
+    vast = json.loads((orch.home / "hosts" / "v1.json").read_text())
+    assert vast["provider"]["name"] == "vast" and vast["identity_file"] == "~/.ssh/id_ed25519"
+    runpod = json.loads((orch.home / "hosts" / "r1.json").read_text())
+    assert runpod["provider"]["name"] == "runpod" and runpod["root"] == "/workspace/orch"
+    assert runpod["presets"] == ["runpod"]
+    refused = orch("up", "v1", env={"VAST_API_KEY": ""}, check=2)
+    assert "the vast token variable $VAST_API_KEY is not set" in refused.stderr

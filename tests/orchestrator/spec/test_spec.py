@@ -106,7 +106,7 @@ TRAIN = "name: ok\nhosts: [local]\ntrain:\n  model: m\n  data: {train: t.jsonl}\
      "a letter or digit (got 'My_Job')"),
     # literals and enums
     ("name: ok\nhosts: [local]\nlaunch: {command: [x]}\npresets: [autodl, nope]\n",
-     "job.yaml:4:19: presets.1: must be one of: autodl, autodl-network-turbo, hf-mirror, pip-mirror (got 'nope')"),
+     "job.yaml:4:19: presets.1: must be one of: autodl, autodl-network-turbo, hf-mirror, pip-mirror, runpod (got 'nope')"),
     (TRAIN + "  finetune: qlora\n", "job.yaml:6:13: train.finetune: must be one of: full, partial, lora (got 'qlora')"),
     (TRAIN + "  precision: fp8\n", "job.yaml:6:14: train.precision: must be one of: auto, fp32, fp16, bf16 (got 'fp8')"),
     # numbers: type and range

@@ -71,3 +71,14 @@ def test_plan_is_exact_for_the_built_in_trainer_with_presets() -> None:
     assert plan.workspace_dir == "/root/autodl-tmp/orch/workspace/proj"
     assert plan.train is not None and plan.train["finetune"] == "full"
     assert "train" not in plan.job_json()
+
+
+def test_a_runpod_host_powers_itself_off_through_runpodctl_and_the_job_may_name_the_preset() -> None:
+    spec = JobSpec.model_validate({"name": "t", "hosts": ["pod"], "presets": ["runpod"],
+                                   "launch": {"command": ["python", "x.py"]}, "on_finish": {"power_off": True}})
+    host = Host(name="pod", address="h", presets=["runpod"], root="/workspace/orch", idle_shutdown_minutes=20)
+    facts = HostFacts(python="python3", root="/workspace/orch", gpus=1)
+    plan = build_plan(spec, "text", "/laptop/proj", "proj", [host], [facts], "t-20261129-101500-abcd")
+    assert plan.on_finish["shutdown_command"] == ["sh", "-c", 'runpodctl stop pod "$RUNPOD_POD_ID"']
+    assert plan.on_finish["shutdown"] is True and plan.on_finish["idle_shutdown_minutes"] == 20
+    assert plan.workspace_dir == "/workspace/orch/workspace/proj"

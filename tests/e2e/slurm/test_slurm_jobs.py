@@ -277,7 +277,8 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
         "; waiting for Slurm:"), waiting
     done = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"),
                         timeout=5 * 90)
-    assert done["state"] == "succeeded" and done["attempt"] >= 2, done
+    log = remote_job_dir(orch, job) / "logs" / "node0.log"
+    assert done["state"] == "succeeded" and done["attempt"] >= 2, (done.get("reason"), log.read_text()[-3000:])
     assert json.loads((remote_job_dir(orch, job) / "slurm.json").read_text())["jobs"] == [waiting["slurm_job"]]
     assert "resuming from" in (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
     reference = orch.json("submit", str(train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2},

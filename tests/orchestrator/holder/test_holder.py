@@ -26,6 +26,7 @@ from orchestrator.errors import HostError
 from orchestrator.holder import spawn
 from orchestrator.holder.client import HeldTransport
 from orchestrator.holder.spawn import running, stop_holders
+from orchestrator.holder.wire import Reader
 from orchestrator.hosts.inventory import Host
 from tests.support.orch import Orch
 from tests.support.sshd import SSHServer, ensure_user, keygen, start_sshd
@@ -332,7 +333,9 @@ def test_garbled_clients_are_dropped_and_the_holder_keeps_serving(held_host: Hos
         client.settimeout(30)
         client.connect(str(sock))
         client.sendall(json.dumps({"argv": ["sleep", "60"]}).encode() + b"\n")
-        assert client.recv(5)[:1] == b"S"
+        started = Reader(client).frame()  # S, with what the holder did for it (ORCH_TRACE shows it)
+        assert started is not None and started[0] == b"S"
+        assert json.loads(started[1])["spare"] is False and "open_ms" in json.loads(started[1])
         client.sendall(b"I" + (1 << 30).to_bytes(4, "big"))
         data = b""
         while chunk := client.recv(4096):

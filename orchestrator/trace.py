@@ -6,8 +6,9 @@ A line reads::
 
     orch-trace 12345  +  412.3 ms  send         b1: 3 file(s), 0.0 MB sent; staged 2001
 
-the process id, milliseconds since the command started (``mark("cli start")`` in
-``cli/main.py``; Python's own start before it is not counted), the phase and what it did.
+the process id, milliseconds since the command's process started (on Linux, read from
+``/proc``: Python's own start and orch's imports count; elsewhere from the first import of this
+module), the phase and what it did.
 The first line also gives the wall-clock time, so the traces of two commands run one after the
 other line up. Off (the default), ``mark`` returns at once: a phase costs one global lookup.
 
@@ -24,7 +25,19 @@ import time
 
 _SETTING = os.environ.get("ORCH_TRACE", "")
 ON = _SETTING not in ("", "0")
-_T0 = time.monotonic()
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux: ``/proc``; elsewhere 0: counted from here)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+_T0 = time.monotonic() - (_process_age_s() if ON else 0.0)
 _LOCK = threading.Lock()
 PHASE_WIDTH = 12
 
@@ -32,12 +45,6 @@ PHASE_WIDTH = 12
 def since_start_ms() -> float:
     """Milliseconds since this command started (its first trace line)."""
     return (time.monotonic() - _T0) * 1000
-
-
-def restart() -> None:
-    """Count from now (``cli/main.py`` calls it as the command starts)."""
-    global _T0
-    _T0 = time.monotonic()
 
 
 def mark(phase: str, detail: str = "") -> None:

@@ -149,7 +149,6 @@ def report_thread_failure() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     if trace.ON:  # ORCH_TRACE: a line per phase (orchestrator/trace.py)
-        trace.restart()
         words = (argv if argv is not None else sys.argv[1:])[:1]
         trace.mark("cli start", f"orch {' '.join(words)} at {trace.wall_clock()}")
     debug = os.environ.get("ORCH_DEBUG") == "1"

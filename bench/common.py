@@ -34,6 +34,7 @@ __all__ = [
     "link_parser",
     "ControlMaster",
     "Orch",
+    "cpu_load",
     "make_workspace",
     "job_state",
     "wait_job",
@@ -204,8 +205,9 @@ class Orch:
 
     def __init__(self, home: Path, cwd: Path, src: Path = REPO) -> None:
         self.cwd = cwd
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-        self.env.update(ORCH_HOME=str(home), PYTHONPATH=str(src))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_") and k != "PYTHONDONTWRITEBYTECODE"}
+        # byte-compiled once, as an installed orch is (pip writes .pyc files): a private cache
+        self.env.update(ORCH_HOME=str(home), PYTHONPATH=str(src), PYTHONPYCACHEPREFIX=str(home.parent / "pycache"))
         self.stderr_lines: list[tuple[float, str]] = []
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -263,6 +265,18 @@ class Orch:
             print(f"no job_id in orch submit's output:\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
             raise SystemExit(1)
         return seconds, ids[-1]
+
+
+@contextmanager
+def cpu_load(on: bool) -> Iterator[None]:
+    """With ``on``: one CPU-bound process per core beside the block (a loaded machine)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)] if on else []
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def job_state(root: Path, job_id: str) -> str:

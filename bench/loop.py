@@ -34,7 +34,17 @@ server folders. Every cell is the median of ``--repeat`` rounds; within a round 
 alternate (order rotated each round). Ratios: orch ÷ ControlMaster and orch ÷ fresh; goal
 (the issue's): first submit ≤ 1.05 × ControlMaster, no-change and one-file ≤ 1.0 × ControlMaster.
 
+**Back-to-back** (``--back-to-back``, the edit–run–fail–fix loop, issue 26): each round, each tool
+in turn (order rotated) runs its three rows at once one after the other on a fresh checkout of its
+own — first submit to a fresh server folder, at once the no-change resubmit, at once one file
+changed — and only then are its jobs' markers waited for; nothing else runs between them. orch's
+commands run with ``ORCH_TRACE`` into a file (``orchestrator/trace.py``) and the median ms at which
+each phase came is printed per row. ``--load``: the same beside one CPU-bound process per core.
+orch runs byte-compiled (a private ``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` dropped), as
+an installed orch is; the untimed warm-up submit fills that cache.
+
     .venv/bin/python bench/loop.py [--repeat 3] [--delay-ms 20] [--mbit 100]
+    .venv/bin/python bench/loop.py --back-to-back [--load] [--repeat 5]
     .venv/bin/python bench/loop.py --repeat 1 --files 50 --big-mb 1      # quick check
     (``--orch-src DIR`` runs the orch of another source tree, e.g. ``git archive HEAD`` unpacked)
 """
@@ -73,17 +83,81 @@ def anchor_submit(ssh: list[str], ws: Path, dest: Path, marker: Path) -> float:
 def orch_submit(orch: Orch, host: str, root: Path, ws: Path, marker: Path) -> tuple[float, dict[str, float]]:
     """``orch submit`` of ``ws`` (job writes ``marker``): seconds until it returned and when each
     progress line came; the job is left to end and its folder removed."""
-    spec = orch.cwd / f"job-{ws.name}.yaml"
-    spec.write_text(f"name: loop-{host}\nhosts: [{host}]\nworkspace: {{path: {ws.name}}}\n"
-                    f"launch:\n  nproc_per_node: 1\n  command: {json.dumps(['python', 'job.py', str(marker)])}\n")
-    seconds, job_id = orch.submit(spec)
+    seconds, job_id = orch.submit(write_spec(orch, host, ws, marker))
     phases = orch.phases()
+    settle(root, job_id)
+    return seconds, phases
+
+
+def settle(root: Path, job_id: str) -> None:
+    """Wait for orch's job to end (succeeded) and remove its folder (untimed)."""
     state = common.wait_job(root, job_id)
     if state != "succeeded":
         print(f"orch job {job_id} ended {state}", file=sys.stderr)
         raise SystemExit(1)
     shutil.rmtree(root / "jobs" / job_id, ignore_errors=True)
-    return seconds, phases
+
+
+def write_spec(orch: Orch, host: str, ws: Path, marker: Path) -> Path:
+    spec = orch.cwd / f"job-{ws.name}.yaml"
+    spec.write_text(f"name: loop-{host}\nhosts: [{host}]\nworkspace: {{path: {ws.name}}}\n"
+                    f"launch:\n  nproc_per_node: 1\n  command: {json.dumps(['python', 'job.py', str(marker)])}\n")
+    return spec
+
+
+def traced_phases(path: Path) -> list[dict[str, float]]:
+    """Each command's ORCH_TRACE lines in ``path`` as {phase: ms since its start} (first of each)."""
+    out: dict[str, dict[str, float]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if not line.startswith("orch-trace "):
+            continue
+        pid, rest = line.split()[1], line.split("+", 1)[1]
+        ms, _, tail = rest.partition(" ms  ")
+        out.setdefault(pid, {}).setdefault(tail[:12].strip(), float(ms))
+    return list(out.values())
+
+
+def back_to_back(args, orch: Orch, label: str, host: str, root: Path, argv: dict[str, list[str]], master: Path,
+                 small: list[Path], laptop: Path, anchors: Path, marker) -> tuple[dict, dict]:
+    """The back-to-back rounds on one link: {(row, tool): [seconds]}, {row: [orch's phases]}."""
+    times: dict[tuple[str, str], list[float]] = {}
+    phases: dict[str, list[dict[str, float]]] = {}
+    trace_file = orch.cwd.parent / "trace.txt"
+    for r in range(args.repeat):
+        before_ws = set(os.listdir(root / "workspace"))
+        for tool in TOOLS[r % 3:] + TOOLS[:r % 3]:
+            ws = laptop / f"ws-{label}-{r}-{tool}"
+            subprocess.run(["cp", "-al", str(master), str(ws)], check=True)  # a fresh checkout, same bytes
+            dest = anchors / f"{tool}-{label}-{r}"
+            waits = []
+            for row in ROWS:
+                if row == "one file changed":
+                    rewrite_one(ws / small[(r * 37) % len(small)], args.file_kib << 10)
+                m = marker()
+                if tool == "orch":
+                    trace_file.unlink(missing_ok=True)
+                    orch.env["ORCH_TRACE"] = str(trace_file)
+                    try:
+                        s, job_id = orch.submit(write_spec(orch, host, ws, m))
+                    finally:
+                        del orch.env["ORCH_TRACE"]
+                    phases.setdefault(row, []).extend(traced_phases(trace_file))
+                    waits.append(job_id)
+                else:
+                    s = anchor_submit(argv[tool], ws, dest, m)
+                times.setdefault((row, tool), []).append(s)
+                waits.append(m)
+            for w in waits:  # untimed: every job of the sequence did run
+                if isinstance(w, Path):
+                    common.wait_for(w.exists, timeout=60, every=0.01)
+                    w.unlink()
+                else:
+                    settle(root, w)
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.rmtree(ws, ignore_errors=True)
+        for name in set(os.listdir(root / "workspace")) - before_ws:
+            shutil.rmtree(root / "workspace" / name, ignore_errors=True)
+    return times, phases
 
 
 def rewrite_one(path: Path, size: int) -> None:
@@ -97,8 +171,10 @@ def rewrite_one(path: Path, size: int) -> None:
 def main() -> None:
     ap = common.link_parser(__doc__.split("\n\n")[0])
     common.workspace_args(ap, "the big file")
+    ap.add_argument("--back-to-back", action="store_true", help="each tool's three rows at once, one after the other")
+    ap.add_argument("--load", action="store_true", help="beside one CPU-bound process per core")
     args = ap.parse_args()
-    with common.sshd_and_proxy("orch-bench-loop-", args) as (tmp, server, proxy):
+    with common.sshd_and_proxy("orch-bench-loop-", args) as (tmp, server, proxy), common.cpu_load(args.load):
         key = server.client_key
         laptop = tmp / "laptop"
         master = laptop / "master"
@@ -114,7 +190,8 @@ def main() -> None:
         markers.mkdir()
         anchors = tmp / "anchors"
         anchors.mkdir()
-        print(f"# the fast loop: orch submit vs rsync + ssh setsid — {machine()}")
+        print(f"# the fast loop{' back to back' if args.back_to_back else ''}{', loaded' if args.load else ''}: "
+              f"orch submit vs rsync + ssh setsid — {machine()}")
         print(f"workspace: {args.files} × {args.file_kib} KiB + 1 × {args.big_mb:g} MB + job.py "
               f"({total / 1e6:.1f} MB); median of {args.repeat} interleaved rounds; proxy: "
               f"{args.delay_ms:g} ms each way ({2 * args.delay_ms:g} ms RTT), {args.mbit:g} Mbit/s each way\n")
@@ -139,7 +216,10 @@ def main() -> None:
             nbytes: dict[tuple[str, str], list[int]] = {}
             phases: dict[str, list[dict[str, float]]] = {}
             try:
-                for r in range(args.repeat):
+                if args.back_to_back:
+                    times, phases = back_to_back(args, orch, label, host, root, argv, master, small, laptop, anchors,
+                                                 marker)
+                for r in range(args.repeat if not args.back_to_back else 0):
                     ws = laptop / f"ws-{label}-{r}"
                     subprocess.run(["cp", "-al", str(master), str(ws)], check=True)  # a new checkout, same bytes
                     before_ws = set(os.listdir(root / "workspace"))
@@ -179,11 +259,17 @@ def main() -> None:
                     words.setdefault(k, None)
                 progress.append((f"{row} ({label})", {k: median([ph[k] for ph in phases[row] if k in ph])
                                                       for k in dict.fromkeys(seen)}, o))
-                if label == "proxy":
+                if label == "proxy" and not args.back_to_back:
                     wire.append((row, *(f"{median(nbytes[(row, t)]) / 1e6:.3f}" for t in TOOLS)))
 
         print(table(["row", "rsync+ssh fresh s", "rsync+ssh ControlMaster s", "orch s", "orch/ControlMaster",
                      "orch/fresh", "goal orch/ControlMaster"], rows))
+        if args.back_to_back:
+            print("\norch's ORCH_TRACE phases: ms since the command started at which each first came (median):\n")
+            print(table(["row", *words], [(r, *(f"{ph[w]:.0f}" if w in ph else "—" for w in words))
+                                          for r, ph, _ in progress]))
+            print(f"\nload avg at end {os.getloadavg()[0]:.2f}")
+            return
         print("\nbytes on the wire through the proxy (both directions, MB, median):\n")
         print(table(["row", "rsync+ssh fresh", "rsync+ssh ControlMaster", "orch"], wire))
         print("\norch seen from outside: seconds from the start of `orch submit` at which each of its stderr "

@@ -7,8 +7,9 @@ holder in the background for the next command. ``ORCH_HOLD=0`` turns holders off
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
+from orchestrator import trace
 from orchestrator.ask import confirm
 from orchestrator.holder import client as held
 from orchestrator.hosts.inventory import Host, Inventory
@@ -23,7 +24,7 @@ def ask_on_tty(fingerprint: str) -> bool:
 
 def open_transport(host: Host, inventory: Inventory | None = None,
                    trust: Callable[[str], bool] = ask_on_tty,
-                   pin: Callable[[str], None] | None = None) -> Transport:
+                   pin: Callable[[str], None] | None = None, warm: Sequence[str] | None = None) -> Transport:
     """Connect to ``host``. A key accepted through ``trust`` goes to ``pin`` when given
     (``orch hosts add`` keeps it in memory until the entry is complete); otherwise it is
     pinned in the inventory entry (when the host is an inventory entry).
@@ -32,7 +33,8 @@ def open_transport(host: Host, inventory: Inventory | None = None,
     connects with the pinned key, and its socket's name covers that key and the credentials),
     else a direct connection, after which a holder is started without waiting for it. A host
     without one (first contact) always connects directly, and so does a provider host, at the
-    endpoint its provider gives now (``HostError`` when its instance is not running)."""
+    endpoint its provider gives now (``HostError`` when its instance is not running). ``warm``:
+    the argv a holder started here keeps a spare of from its start (orch's helper: ``spawn``)."""
     if host.kind == "local":
         return LocalTransport(host.name)
     provided = host.provider is not None
@@ -50,13 +52,20 @@ def open_transport(host: Host, inventory: Inventory | None = None,
 
         return SSHTransport(host, trust=trust, on_new_key=pin or save_pin)
 
+    t0 = trace.since_start_ms()
     if not host.host_key or not held.enabled() or provided:
-        return direct()
+        connected = direct()
+        trace.mark("connect", f"{host.name}: direct SSH connection in {trace.since_start_ms() - t0:.0f} ms")
+        return connected
     transport = held.reach(host, direct)
     if transport is not None:
+        trace.mark("connect", f"{host.name}: its connection holder answered in {trace.since_start_ms() - t0:.0f} ms")
         return transport
+    t1 = trace.since_start_ms()
     connected = direct()
     from orchestrator.holder.spawn import spawn
 
-    spawn(host)
+    spawn(host, warm)
+    trace.mark("connect", f"{host.name}: no holder ({t1 - t0:.0f} ms to tell); direct SSH connection in "
+               f"{trace.since_start_ms() - t1:.0f} ms; a holder started for the next command")
     return connected

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import nullcontext
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 import click
 
+from orchestrator import trace
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.jobs import logcache
 from orchestrator.state import fences
@@ -44,6 +45,8 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     from orchestrator.jobs.logs import stream_logs
 
     write = (lambda s: (sys.stderr.write(s), sys.stderr.flush())) if as_json else app.write
+    if trace.ON:
+        write = first_line_marked(write)
     ends = EndLines()
     try:
         bar = FollowBar(app.err) if FollowBar.enabled(as_json) else None  # plain text when not a terminal
@@ -57,6 +60,19 @@ def follow_to_end(app: App, record: JobRecord, *, as_json: bool = False, node: i
     say_end(app, record.job_id, status, ends, sys.stderr if as_json else sys.stdout)
     app.job_ended(record.job_id, status)
     return status
+
+
+def first_line_marked(write: Callable[[str], None]) -> Callable[[str], None]:
+    """``write`` that marks the trace's ``first line`` phase once, as the log's first text comes."""
+    seen = []
+
+    def marked(text: str) -> None:
+        if text and not seen:
+            seen.append(True)
+            trace.mark("first line", f"{len(text)} byte(s) of the log")
+        write(text)
+
+    return marked
 
 
 def report_new_job(app: App, job_id: str, result: dict[str, Any], follow: bool, as_json: bool,

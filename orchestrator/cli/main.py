@@ -27,7 +27,7 @@ from gettext import gettext as _
 
 import click
 
-from orchestrator import __version__
+from orchestrator import __version__, trace
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.termtext import clean
 
@@ -151,11 +151,17 @@ def report_thread_failure() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if trace.ON:  # ORCH_TRACE: a line per phase (orchestrator/trace.py)
+        words = (argv if argv is not None else sys.argv[1:])[:1]
+        trace.mark("cli start", f"orch {' '.join(words)} at {trace.wall_clock()}")
     debug = os.environ.get("ORCH_DEBUG") == "1"
     if not debug:
         quiet_threads()
     try:
         _run(argv, debug)
+    except SystemExit as done:
+        trace.mark("exit", f"code {done.code}")
+        raise
     finally:
         report_thread_failure()
 

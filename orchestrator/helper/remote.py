@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from orchestrator import trace
 from orchestrator.errors import HostError, RemoteError, RootNotWritable
 from orchestrator.helper import fence
 from orchestrator.helper.clock import Offset, status_to_laptop, to_laptop
@@ -40,6 +41,13 @@ START_S = float(os.environ.get("ORCH_HELPER_START_S", "120"))  # login shell + p
 _WRITE_ERROR = re.compile(r"^(?:PermissionError|OSError): \[Errno (?:1|13|30)\] (?P<reason>[^:]+): '(?P<path>[^']*)'")
 
 
+def helper_argv(host: Host, command: str = "serve") -> list[str]:
+    """The argv of ``host``'s helper; on an SSH host through ``bash -l`` (``Remote.argv``; a
+    connection holder keeps a spare of it: ``access.connect.open_transport``'s ``warm``)."""
+    argv = [sys.executable if host.kind == "local" else host.python, "-c", BOOT, host.root, payload_hash(), command]
+    return argv if host.kind == "local" else shell.login_argv(argv)
+
+
 class Remote:
     """One host's helper. ``call`` for a request with a reply only; ``start`` + ``finish``
     for one that streams."""
@@ -56,13 +64,14 @@ class Remote:
 
     def argv(self, command: str = "serve") -> list[str]:
         """The helper's argv; on an SSH host through ``bash -l``."""
-        argv = [self.python, "-c", BOOT, self.host.root, payload_hash(), command]
-        return argv if self.host.kind == "local" else shell.login_argv(argv)
+        return helper_argv(self.host, command)
 
     def install(self) -> None:
         """Send the payload. ``RootNotWritable`` (one line, no command) when the host's root
         cannot be created or written; ``CommandFailed`` for any other failure."""
+        t0 = trace.since_start_ms()
         result = self.transport.run(self.argv("install"), input=payload_tar(), timeout=120)
+        trace.mark("install", f"{self.host.name}: orch's helper sent in {trace.since_start_ms() - t0:.0f} ms")
         if result.exit_code == ROOT_EXIT:
             unwritable = root_not_writable(self.host, result.stderr)
             if unwritable is not None:
@@ -76,12 +85,14 @@ class Remote:
         helper that has not started within ``START_S`` (a login profile that hangs) is stopped
         and named, never waited on forever."""
         for attempt in range(2):
+            t0 = trace.since_start_ms()
             proc = self.transport.start(self.argv(), warm=attempt == 0)
             session = Session(proc)
             slow = Deadline(START_S, session)
             try:
                 with slow:
                     session.wait_ready()
+                trace.mark("helper start", f"{self.host.name}: ready in {trace.since_start_ms() - t0:.0f} ms")
                 return session
             except (HelperEnded, HostError) as ended:
                 if slow.fired.is_set():
@@ -159,6 +170,7 @@ class Remote:
                 raise ProtocolError(f"a {kind!r} frame instead of the reply")
             value = session.reply(op, payload)
             self.clock.measure(sent, arrived, value)
+            trace.mark(op, f"{self.host.name}: answered in {(arrived - sent) * 1000:.0f} ms")
         except (HelperEnded, ProtocolError, HostError) as exc:
             session.broken = True
             if late.fired.is_set():

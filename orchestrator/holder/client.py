@@ -17,6 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
+from orchestrator import trace
 from orchestrator.errors import HostError
 from orchestrator.holder.wire import Reader, ask, connect, frame, lock_free, place
 from orchestrator.hosts.inventory import Host
@@ -54,6 +55,19 @@ def reach(host: Host, fallback: Callable[[], Transport]) -> "HeldTransport | Non
         return HeldTransport(host, where.sock, fallback) if info.get("active") is True else None
     except (OSError, ValueError):
         return None
+
+
+def held_words(payload: bytes) -> str:
+    """What the holder's ``S`` frame says it did for a command, for the trace."""
+    try:
+        took = json.loads(payload)
+        if took.get("spare"):
+            return (f"a spare helper started {took['age_ms'] / 1000:.1f} s before"
+                    + (f" (waited {took['waited_ms']:.0f} ms for it to start)" if took["waited_ms"] >= 1 else ""))
+        return (f"a new channel opened in {took.get('open_ms', 0):.0f} ms"
+                + (f" (after {took['waited_ms']:.0f} ms waiting for a spare)" if took["waited_ms"] >= 1 else ""))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return "started"
 
 
 class HeldProcess(Process):
@@ -221,6 +235,8 @@ class HeldTransport(Transport):
         if got is None or got[0] != b"S":
             sock.close()
             return None
+        if trace.ON:
+            trace.mark("holder", f"{self.name}: {held_words(got[1])}")
         sock.settimeout(None)
         return HeldProcess(self, sock, reader, command)
 

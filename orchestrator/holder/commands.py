@@ -6,6 +6,7 @@ a few started spares are kept for argv lists asked for ``warm`` (their output bu
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -166,13 +167,18 @@ class Commands:
             with send_lock:
                 conn.sendall(data)
 
+        t0 = time.monotonic()
         ch = self.take_spare(argv) if warm else None
-        spare = ch is not None
-        if ch is None:
+        took = {"spare": ch is not None, "waited_ms": round((time.monotonic() - t0) * 1000, 1)}
+        if ch is not None:
+            took["age_ms"] = round((time.monotonic() - ch.born) * 1000, 1)
+        else:
             try:
                 if self.reason:
                     raise OSError("the connection holder is stopping")
+                t1 = time.monotonic()
                 ch = self.open(argv)
+                took["open_ms"] = round((time.monotonic() - t1) * 1000, 1)
             except (OrchError, *SSH_ERRORS) as exc:
                 log.info("could not start a command (the client connects directly): %r", exc)
                 send(frame(b"X", str(exc).encode()))
@@ -181,7 +187,7 @@ class Commands:
             self.busy.add(ch)
             self.served += 1
         try:
-            send(frame(b"S", b"spare" if spare else b""))
+            send(frame(b"S", json.dumps(took).encode()))  # what the holder did for it: ORCH_TRACE shows it
             if warm:
                 self.refill(argv)
             ch.attach(send)

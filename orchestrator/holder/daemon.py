@@ -5,7 +5,8 @@ after a command connected directly; later commands reach it through ``client.py`
 skip TCP, the SSH handshake and authentication. The holder connects with the pinned host key
 only (``trust=never``), serves each client connection as one exec channel on a thread of its
 own (``commands.py``), and keeps a few started spares for argv lists asked for ``warm`` (their
-output buffered, none lost). It exits when idle for ``ORCH_HOLD_IDLE_S`` (default 600 s) with
+output buffered, none lost); the first spare, of the argv its spawner named (orch's helper), is
+started as soon as it is connected. It exits when idle for ``ORCH_HOLD_IDLE_S`` (default 600 s) with
 no client, when its SSH connection dies, when its socket is removed or replaced or ORCH_HOME is
 gone, on SIGTERM/SIGINT, and on ``spawn.stop_holders``; it removes its socket only while
 the socket is its own. A second holder for the same place (two CLIs spawning at once) loses
@@ -194,11 +195,21 @@ def _logging(path: Path) -> None:
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
+def _argv(raw: str) -> list[str]:
+    """``ORCH_HOLD_WARM``: a JSON list of strings, or nothing."""
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return value if isinstance(value, list) and all(isinstance(w, str) for w in value) else []
+
+
 def main() -> None:
     """The holder process (``spawn.spawn``): the host comes in ``ORCH_HOLD_HOST``."""
     os.umask(0o077)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     raw, version = os.environ.pop("ORCH_HOLD_HOST", None), os.environ.pop("ORCH_HOLD_VERSION", None)
+    warm = _argv(os.environ.pop("ORCH_HOLD_WARM", ""))
     if raw is None:
         sys.exit("orchestrator.holder.daemon is started by orch itself (see docs/connections.md)")
     host = Host.model_validate_json(raw)
@@ -228,6 +239,8 @@ def main() -> None:
         ssh.close()
         sys.exit(1)
     log.info("holding %s (%s) for %s, idle limit %g s", host.name, host.target, where.sock, IDLE_S)
+    if warm:
+        holder.refill(warm)  # the spawning command's helper: ready before the next command asks
     reason = "crashed"
     try:
         reason = holder.run(listener)

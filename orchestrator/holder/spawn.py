@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from orchestrator import __version__
 from orchestrator.holder.wire import ask, holder_folders, lock_free, place
@@ -22,9 +23,11 @@ from orchestrator.hosts.inventory import Host
 ORCH_SOURCE = Path(__file__).resolve().parents[2]  # holds the orch this CLI runs: a holder imports that one
 
 
-def spawn(host: Host) -> None:
+def spawn(host: Host, warm: Sequence[str] | None = None) -> None:
     """Start a holder for ``host`` in the background, detached from this terminal; nothing
-    when one holds its lock already (running or still connecting). Never raises."""
+    when one holds its lock already (running or still connecting). ``warm``: an argv the holder
+    starts a spare of as soon as it is connected (orch's helper), so the next command finds one
+    ready instead of paying for its start. Never raises."""
     try:
         where = place(host)
         if where is None or not lock_free(where.lock):
@@ -32,7 +35,7 @@ def spawn(host: Host) -> None:
         src = str(ORCH_SOURCE)
         code = f"import sys; p = {src!r}; p in sys.path or sys.path.insert(0, p); import orchestrator.holder.daemon as h; h.main()"
         env = {**os.environ, "ORCH_HOME": str(orch_home().resolve()), "ORCH_HOLD_HOST": host.model_dump_json(),
-               "ORCH_HOLD_VERSION": __version__}
+               "ORCH_HOLD_VERSION": __version__, "ORCH_HOLD_WARM": json.dumps(list(warm or []))}
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, cwd="/", env=env)
         threading.Thread(target=proc.wait, daemon=True).start()  # reaped if it ends while we run

@@ -4,7 +4,9 @@ Wire format: the client sends one JSON line (``{"argv": [...], "warm": bool}``, 
 ``{"op": "ping"|"stop"}`` answered by one JSON line), then both sides speak frames: 1 byte
 kind, 4 byte big-endian length, payload.
 
-The holder answers ``S`` (started) or ``X`` (not started: the caller may connect directly),
+The holder answers ``S`` (started; its payload a JSON object saying what the holder did for
+it: ``spare`` taken, ``waited_ms`` for one being started, the spare's ``age_ms`` or the new
+channel's ``open_ms``, shown by ``ORCH_TRACE``) or ``X`` (not started: the caller may connect directly),
 then streams ``O``/``E`` (stdout/stderr), ``A`` (stdin bytes written: a 1 MiB window), and
 ends with ``C`` (exit code) or ``L`` (the command was lost, with why). The client sends ``I``
 (stdin), ``F`` (stdin EOF) and ``K`` (kill).

@@ -7,7 +7,8 @@ agent refuses an id that already exists on the host. A live submit holds its key
 (``state/inflight.py``), so a second submit of the same file at the same time is refused
 rather than taking its reservation. Each node's code is set apart as it is sent
 (``sync.send`` with ``SyncPlan.stage``) and launched from there: what a job runs is what its
-own submit sent. How a submit that stopped ended is decided in ``outcome.py``.
+own submit sent. A resubmit that changed nothing (its selection is the record the laptop holds
+of the host's) has it set apart from the server's record in ``hello`` instead: no receive. How a submit that stopped ended is decided in ``outcome.py``.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator import trace
 from orchestrator.access.connect import ask_on_tty, open_transport
 from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import RemoteError, UsageError
-from orchestrator.helper.remote import Remote
+from orchestrator.helper.remote import Remote, helper_argv
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import launchconfig, outcome
 from orchestrator.jobs import record as repro
@@ -67,7 +69,7 @@ def connect_all(hosts: list[Host], inventory: Inventory, trust: Callable[[str], 
     lock = threading.Lock()
 
     def one(host: Host) -> Remote:
-        transport = open_transport(host, inventory, trust)
+        transport = open_transport(host, inventory, trust, warm=helper_argv(host))
         with lock:
             stack.enter_context(transport)
         return Remote(host, transport)
@@ -140,6 +142,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
     workspace = loaded.workspace_dir
     skipped = selection.Skipped()
     files = selection.select_files(workspace, spec.workspace.exclude, skipped)
+    trace.mark("selection", f"{len(files)} file(s) chosen in {workspace}")
     warnings = selection.warnings_for(files, skipped)
     project = selection.project_name(workspace)
     left_out = excluded.summarize(workspace, skipped)
@@ -156,9 +159,12 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             claim(lease, key, loaded, registry)
         say("connecting to " + ", ".join(f"{h.name} ({h.target})" for h in hosts))
         remotes = connect_all(hosts, inventory, trust, stack)
-        hellos = parallel(lambda r: synccache.hello(r, project, gpus=True), remotes)
         earlier = registry.unconfirmed(key)  # left by a submit that is over: this one holds the key
         job_id = earlier.job_id if earlier else make_job_id(spec.name, datetime.now(), os.urandom(8))
+        staged = [f"{job_id}-{rank}" for rank in range(len(hosts))]  # each node's code, set apart as it is sent
+        unchanged = None if dry_run else (lambda recorded: selection.same_as_record(files, recorded))
+        hellos = parallel(lambda i: synccache.hello(remotes[i], project, gpus=True, stage=staged[i],
+                                                    unchanged=unchanged), range(len(remotes)))
         plan, cluster_warnings = checked_plan(loaded, project, remotes, hellos, job_id)
         warnings += cluster_warnings
         for warning in warnings:
@@ -168,9 +174,12 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
         if len(hosts) > 1:
             check_rendezvous(remotes, plan, say)
         sync_plans = plan_syncs(remotes, hellos, loaded, files, project, force, pull_remote_edits, say)
-        staged = [f"{job_id}-{rank}" for rank in range(len(hosts))]  # each node's code, set apart as it is sent
-        for sync_plan, token in zip(sync_plans, staged):
-            sync_plan.stage = token
+        trace.mark("plan", "; ".join(f"{r.host.name}: {p.summary()}" for r, p in zip(remotes, sync_plans)))
+        for remote, hello, sync_plan, token in zip(remotes, hellos, sync_plans, staged):
+            if not (sync_plan.noop and staged_in_hello(hello)):  # else set apart by hello already: nothing to send
+                sync_plan.stage = token
+            else:
+                trace.mark("stage", f"{remote.host.name}: set apart from the server's record in hello")
         reserved = {"submission": key, **slurmcheck.log_nodes(plan)}
         registry.add(job_id, spec.name, str(loaded.path), [h.name for h in hosts], plan.job_dir, SUBMITTING, reserved,
                      secret_env=plan.secret_env)
@@ -183,6 +192,7 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             pause("after-sync")
             launching = True
             start_nodes(remotes, plan, {"project": project, "repro": repro.record(loaded)}, say, staged)
+            trace.mark("launched", plan.job_id)
         except BaseException as exc:
             raise outcome.recorded(registry, job_id, reserved, exc, launching) from None
         registry.update(job_id, "pending", slurmcheck.log_nodes(plan))
@@ -191,6 +201,13 @@ def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say:
             keep.push(stack.pop_all())
         return Submitted(plan, summaries[0], warnings, {r.host.name: r for r in remotes} if keep is not None else {},
                          chosen)
+
+
+def staged_in_hello(hello: dict[str, Any]) -> bool:
+    """``hello`` set this submit's code apart from the server's record (``synccache.hello``'s
+    ``stage``; untrusted: only a count of staged files counts)."""
+    answer = hello.get("sync", {}).get("staged")
+    return isinstance(answer, dict) and isinstance(answer.get("staged"), int) and not isinstance(answer["staged"], bool)
 
 
 def claim(lease: ExitStack, key: str, loaded: LoadedSpec, registry: Registry) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.errors import RemoteError
 from orchestrator.home import orch_home, write_private
@@ -49,13 +49,20 @@ def store(host: "Host", project: str, generation: str | None, files: dict[str, A
     write_private(path, json.dumps({"generation": generation, "files": files}))
 
 
-def hello(remote: "Remote", project: str, gpus: bool = False) -> dict[str, Any]:
+def hello(remote: "Remote", project: str, gpus: bool = False, stage: str | None = None,
+          unchanged: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
     """``hello`` for ``project``, its ``sync`` whole (files included) whether the server sent
     them or the laptop held them; what the server sent is kept for next time. A Slurm host's
-    reply also describes the cluster (``slurm``)."""
+    reply also describes the cluster (``slurm``).
+
+    ``stage`` (a token) with ``unchanged``: when ``unchanged(files)`` says the laptop's selection
+    is exactly the record held here (a resubmit with no change), the server is asked to set that
+    record's tree apart under ``stage`` in this same round trip; ``sync["staged"]`` then holds its
+    answer (``remote_payload/helper/stage.py``: ``from_record``)."""
     held = load(remote.host, project)
+    ask = {"token": stage, "generation": held[0]} if stage and unchanged and held and unchanged(held[1]) else None
     reply = remote.call("hello", project=project, gpus=gpus, known=held[0] if held else None,
-                        slurm=remote.host.hello_slurm)
+                        slurm=remote.host.hello_slurm, stage=ask)
     state = _checked(remote.host, project, reply.get("sync"))
     generation = state.get("generation")
     if state.get("same"):

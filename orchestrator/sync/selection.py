@@ -321,6 +321,20 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
     return plan
 
 
+def same_as_record(files: dict[str, LocalFile], recorded: dict[str, Any]) -> bool:
+    """True when ``files`` are exactly the record's files by what the laptop sees without
+    reading them (path, size, mtime, mode, link): a sync would send, delete and re-record
+    nothing (``plan_sync``'s ``noop``). A file touched but unchanged counts as changed here."""
+    if len(files) != len(recorded):
+        return False
+    for rel, f in files.items():
+        rec = recorded.get(rel)
+        if not isinstance(rec, dict) or rec.get("size") != f.size or rec.get("mtime_ns") != f.mtime_ns \
+                or rec.get("mode") != f.mode or rec.get("link") != f.link:
+            return False
+    return True
+
+
 def _resumable(root: Path, plan: SyncPlan, partial: Any) -> None:
     """Fill ``plan.resume``: each file to send whose first bytes the server kept from an
     interrupted sync (hello's ``partial``: size and sha256, untrusted) and whose own first

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator import trace
 from orchestrator.errors import Interrupted, OrchError, RemoteError, UsageError
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.sync import record as synccache
@@ -299,6 +300,7 @@ def _differ(remote: Remote, value: dict[str, Any], entries: dict[str, Any]) -> l
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
                progress: Callable[[int], None] | None, kept: Kept) -> tuple[dict[str, Any], list[str]]:
+    t0 = trace.since_start_ms()
     proc = remote.start("receive", project=project, stall_s=STALL_S)
     kept.call = proc
     pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
@@ -333,6 +335,11 @@ def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
     _raise_local(outcome.get("error"))
     if "error" in outcome:
         raise outcome["error"]
+    if trace.ON:
+        stage = value.get("stage")
+        trace.mark("send", f"{remote.host.name}: {len(plan.send)} file(s), {plan.send_bytes / 1e6:.1f} MB, "
+                   f"{len(plan.delete)} deleted in {trace.since_start_ms() - t0:.0f} ms"
+                   + (f"; staged: {json.dumps(stage)[:60]}" if stage is not None else ""))
     return value, outcome.get("changed", [])
 
 

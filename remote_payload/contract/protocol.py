@@ -113,7 +113,8 @@ JOB = {"job": (str, REQUIRED)}
 
 REQUESTS: Dict[str, Request] = {
     "hello": Request({"project": ((str, NONE), None), "gpus": (bool, False), "known": ((str, NONE), None),
-                      "slurm": ((dict, NONE), None)},  # a Slurm login node: the env for Slurm's commands
+                      "slurm": ((dict, NONE), None),  # a Slurm login node: the env for Slurm's commands
+                      "stage": ((dict, NONE), None)},  # {token, generation}: stage from the record (helper/stage.py)
                      {"python": (str, REQUIRED), "python_version": (str, REQUIRED), "root": (str, REQUIRED),
                       "boot_id": (str, REQUIRED), "hostname": (str, REQUIRED), "gpus": (int, OPT),
                       "sync": (dict, OPT), "payload": (str, OPT), "slurm": (dict, OPT)}),

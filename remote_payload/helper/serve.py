@@ -77,7 +77,10 @@ class Output:
 
 
 def _hello(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
-    return agent.hello(a["project"], a["gpus"], a["known"], a["slurm"])
+    reply = agent.hello(a["project"], a["gpus"], a["known"], a["slurm"])
+    if a["stage"] is not None and a["project"]:  # a resubmit that changed nothing: its code set apart now
+        reply["sync"]["staged"] = stage.from_record(agent.root, a["project"], a["stage"])
+    return reply
 
 
 def _receive(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:

@@ -9,7 +9,8 @@ mtime are the ones recorded; else the file is hashed), a symlink by its target. 
 differs (another submit of the same workspace replaced it after this one planned its sync) stages
 nothing: its name comes back in ``differ`` and the laptop sends it again. The launch takes the
 staged tree as the job's ``code/`` (``take``), so what a job runs is exactly what its submit
-sent, whatever syncs after. Standard library only.
+sent, whatever syncs after. A resubmit that changed nothing is staged from the server's own
+record instead, in its ``hello`` (``from_record``): no receive at all. Standard library only.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from remote_payload.contract.jobfolder import sha256_file
+from remote_payload.helper import workspace
 from remote_payload.helper.workspace import Finish, link_tree, tree_files, safe_join
+from remote_payload.jobdir import lease
 
 STALE_S = 24 * 3600.0  # a staged tree no launch took (an interrupted submit's) is removed after this
 
@@ -70,9 +73,10 @@ def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Di
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     differ: List[str] = []
+    made = {tmp}  # folders of the staged tree made so far (one mkdir per folder, not per file)
     try:
         for rel, want in request["tree"].items():
-            if not _link_verified(ws, tmp, rel, want, record.get(rel), received.get(rel)):
+            if not _link_verified(ws, tmp, rel, want, record.get(rel), received.get(rel), made):
                 differ.append(rel)
             progress()
         if differ:
@@ -84,15 +88,49 @@ def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Di
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def from_record(root: str, project: str, request: Any) -> Dict[str, Any]:
+    """Stage ``request["token"]`` from the workspace's own record, for a submit whose laptop
+    found its whole selection to be exactly the record of generation ``request["generation"]``
+    (a resubmit with no change: ``hello`` asks, and no ``receive`` is needed). The tree is the
+    record's files, each verified as ``stage`` verifies one that did not arrive (its recorded
+    hash, trusted while its size and mtime are the recorded ones, else hashed). Under the
+    workspace's lease, taken only when free. Answers ``stage``'s answer, ``{"busy": true}``
+    (a receive holds the lease) or ``{"stale": true}`` (the record is another generation):
+    the laptop then syncs and stages as usual."""
+    if not isinstance(request, dict) or not isinstance(request.get("token"), str) \
+            or not isinstance(request.get("generation"), str):
+        raise StageError("malformed stage request")
+    if workspace.whole_record(root, project).get("generation") != request["generation"]:
+        return {"stale": True}
+    try:
+        held = lease.acquire(workspace.record_lock(root, project), "stage " + project, max_wait_s=0)
+    except lease.LeaseBusy:
+        return {"busy": True}
+    try:
+        whole = workspace.whole_record(root, project)  # again, under the lease
+        files = whole.get("files")
+        if whole.get("generation") != request["generation"] or not isinstance(files, dict):
+            return {"stale": True}
+        tree = {rel: [e.get("sha256") if e.get("link") is None else None, e.get("link")]
+                for rel, e in files.items() if isinstance(e, dict)}
+        return stage(root, workspace.workspace_dir(root, project), {"token": request["token"], "tree": tree},
+                     files, {}, held.progress)
+    finally:
+        held.release()
+
+
 def _link_verified(ws: str, dest: str, rel: str, want: Any, recorded: Optional[Dict[str, Any]],
-                   arrived: Optional[str]) -> bool:
+                   arrived: Optional[str], made: Set[str]) -> bool:
     """Link ``ws/rel`` into ``dest/rel`` (a symlink is copied as a link) and check the linked
     copy is the one the laptop means; False (and nothing kept) when it is not there or differs."""
     if not (isinstance(want, list) and len(want) == 2):
         raise StageError("malformed stage entry for %r" % rel[:200])
     sha, link = want
     src, dst = safe_join(ws, rel), safe_join(dest, rel)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    folder = os.path.dirname(dst)
+    if folder not in made:
+        os.makedirs(folder, exist_ok=True)
+        made.add(folder)
     if link is not None:
         try:
             target = os.readlink(src)

@@ -51,6 +51,16 @@ def workspace_dir(root: str, project: str) -> str:
     return _paths(root, project)["ws"]
 
 
+def whole_record(root: str, project: str) -> Dict[str, Any]:
+    """The project's record file as it is ({} when there is none): files, generation, partial."""
+    return read_json(_paths(root, project)["record"]) or {}
+
+
+def record_lock(root: str, project: str) -> str:
+    """The path of the lease a ``receive`` of ``project`` holds (``jobdir/lease.py``)."""
+    return _paths(root, project)["record"] + ".lock"
+
+
 def record(root: str, project: str) -> Dict[str, Any]:
     return (read_json(_paths(root, project)["record"]) or {"files": {}})["files"]
 

@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+from orchestrator.trace import PHASE_WIDTH
 from remote_payload.jobdir import processes
 from remote_payload.jobdir.processes import group_alive
 from tests.support.orch import Orch, write_job
@@ -170,3 +171,25 @@ def test_a_trainer_job_on_a_bare_python_fails_naming_what_to_install(orch: Orch,
     result = json.loads(orch("submit", str(spec), "--follow", "--json", check=1).stdout)
     assert result["state"] == "failed"
     assert "the built-in trainer needs torch" in result["reason"] and "pip install" in result["reason"]
+
+
+def traced(text: str) -> list[str]:
+    """The phases of ``ORCH_TRACE`` lines (``orch-trace PID  +  12.3 ms  PHASE  detail``), in order."""
+    return [line.split(" ms  ", 1)[1][:PHASE_WIDTH].strip() for line in text.splitlines()
+            if line.startswith("orch-trace ")]
+
+
+def test_orch_trace_says_each_phase_of_a_submit_in_order(orch: Orch, box: str, tmp_path: Path) -> None:
+    spec = slow_job(orch, box, n=2, delay=0.05)
+    lines = tmp_path / "trace.txt"
+    done = orch("submit", str(spec), "--follow", env={"ORCH_TRACE": str(lines)})
+    assert "orch-trace" not in done.stderr  # a path: the lines go there
+    phases = traced(lines.read_text())
+    order = ["cli start", "selection", "connect", "helper start", "hello", "plan", "send", "launch", "launched",
+             "first line", "exit"]
+    assert [p for p in phases if p in order] == order, phases
+    again = orch("submit", str(spec), env={"ORCH_TRACE": "1"})  # no change: its code set apart in hello, no send
+    phases = traced(again.stderr)
+    assert [p for p in phases if p in order + ["stage"]] == \
+        ["cli start", "selection", "connect", "helper start", "hello", "plan", "stage", "launch", "launched", "exit"]
+    assert "orch-trace" not in orch("status").stderr  # off unless asked

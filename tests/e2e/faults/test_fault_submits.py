@@ -58,8 +58,9 @@ def test_a_launch_runs_the_tree_its_own_submit_sent_when_another_submit_syncs_be
 def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not_run_as_replaced(
         orch: Orch, box: str, tmp_path: Path) -> None:
     alpha, beta = two_jobs_one_checkout(orch, box)
-    orch("submit", str(alpha), "--follow")  # the server holds V1: alpha's next sync sends nothing
-    first = submit_paused(orch, alpha, "before-sync", tmp_path / "hooks")
+    orch("submit", str(alpha), "--follow")  # the server holds V1
+    (orch.cwd / "ws" / "notes.txt").write_text("one more file")  # alpha's next sync sends it (with no change at
+    first = submit_paused(orch, alpha, "before-sync", tmp_path / "hooks")  # all its hello would set V1 apart)
     main = orch.cwd / "ws" / "main.py"
     main.write_text(V2)
     second = json.loads(orch("submit", str(beta), "--follow", "--json").stdout)
@@ -71,6 +72,25 @@ def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not
     assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
     assert "CODE VERSION 1" in log_of(orch, job)
     assert (orch.server_workspace(orch.cwd / "ws") / "main.py").read_text() == V1  # it was sent again
+
+
+def test_a_resubmit_with_no_change_is_set_apart_in_its_hello_and_runs_that_tree_whatever_syncs_later(
+        orch: Orch, box: str, tmp_path: Path) -> None:
+    alpha, beta = two_jobs_one_checkout(orch, box)
+    orch("submit", str(alpha), "--follow")  # the server holds V1: alpha again changes nothing
+    traced = dict(orch.env, ORCH_TRACE="1")
+    first = submit_paused(Orch(orch.home, orch.remote_root, traced, orch.cwd), alpha, "before-sync", tmp_path / "hooks")
+    main = orch.cwd / "ws" / "main.py"
+    main.write_text(V2)
+    second = json.loads(orch("submit", str(beta), "--follow", "--json").stdout)  # syncs V2 before alpha launches
+    assert "CODE VERSION 2" in log_of(orch, second["job_id"])
+    code, out, err = release(first, "before-sync", tmp_path / "hooks")
+    assert code == 0, err
+    assert "set apart from the server's record in hello" in err  # no receive: its hello staged V1
+    job = json.loads(out)["job_id"]
+    assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
+    assert "CODE VERSION 1" in log_of(orch, job) and "CODE VERSION 2" not in log_of(orch, job)
+    assert not list((orch.remote_root / "staged").iterdir())
 
 
 def test_two_submits_of_one_job_file_at_once_start_one_job_and_refuse_the_second(

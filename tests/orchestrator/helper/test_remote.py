@@ -80,7 +80,8 @@ def test_arguments_are_checked_before_they_leave() -> None:
         protocol.check_args("manifest", {})
     with pytest.raises(ProtocolError, match="argument gpus must be bool"):
         protocol.check_args("hello", {"gpus": 1})
-    assert protocol.check_args("hello", {}) == {"project": None, "gpus": False, "known": None, "slurm": None}
+    assert protocol.check_args("hello", {}) == {"project": None, "gpus": False, "known": None, "slurm": None,
+                                                "stage": None}
 
 
 def test_every_request_has_one_handler_and_states_are_defined_once() -> None:

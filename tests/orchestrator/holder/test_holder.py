@@ -26,6 +26,7 @@ from orchestrator.errors import HostError
 from orchestrator.holder import spawn
 from orchestrator.holder.client import HeldTransport
 from orchestrator.holder.spawn import running, stop_holders
+from orchestrator.holder.wire import Reader
 from orchestrator.hosts.inventory import Host
 from tests.support.orch import Orch
 from tests.support.sshd import SSHServer, ensure_user, keygen, start_sshd
@@ -332,7 +333,9 @@ def test_garbled_clients_are_dropped_and_the_holder_keeps_serving(held_host: Hos
         client.settimeout(30)
         client.connect(str(sock))
         client.sendall(json.dumps({"argv": ["sleep", "60"]}).encode() + b"\n")
-        assert client.recv(5)[:1] == b"S"
+        started = Reader(client).frame()  # S, with what the holder did for it (ORCH_TRACE shows it)
+        assert started is not None and started[0] == b"S"
+        assert json.loads(started[1])["spare"] is False and "open_ms" in json.loads(started[1])
         client.sendall(b"I" + (1 << 30).to_bytes(4, "big"))
         data = b""
         while chunk := client.recv(4096):
@@ -345,3 +348,27 @@ def test_garbled_clients_are_dropped_and_the_holder_keeps_serving(held_host: Hos
 
 def test_a_holder_imports_the_orch_that_started_it() -> None:
     assert (spawn.ORCH_SOURCE / "orchestrator" / "holder" / "spawn.py").samefile(spawn.__file__)
+
+
+def test_a_holder_keeps_a_spare_of_its_spawners_helper_from_its_start(
+        sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("ORCH_HOME", str(home))
+    host = Host(name="box", address="127.0.0.1", port=sshd.port, user="root", identity_file=str(sshd.client_key),
+                root=str(tmp_path / "remote"), python=sys.executable, host_key=sshd.host_key_line)
+    marks = tmp_path / "started"
+    marks.mkdir()
+    argv = ["sh", "-c", f"touch {marks}/$$; echo ready $$; exec cat"]
+    try:
+        with open_transport(host, None, lambda fp: False, warm=argv) as transport:  # direct: spawns the holder
+            assert not isinstance(transport, HeldTransport) and transport.run(["true"]).ok
+        holder(home)
+        spare = wait_until(lambda: {p.name for p in marks.iterdir()}, "the holder's first spare to start")
+        with open_transport(host, None, lambda fp: False) as transport:  # nobody asked for it before: it is there
+            assert isinstance(transport, HeldTransport)
+            proc = transport.start(argv, warm=True)
+            assert read_until(proc, b"\n") == f"ready {spare.pop()}\n".encode()
+            proc.close_stdin()
+            assert proc.wait() == 0
+    finally:
+        stop_holders(home)

@@ -5,13 +5,15 @@ tests/e2e/faults/test_fault_submits.py."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from remote_payload.helper import stage
+from remote_payload.helper import stage, workspace
 from remote_payload.helper.workspace import SyncError
+from remote_payload.jobdir import lease
 
 
 def sha(data: bytes) -> str:
@@ -84,3 +86,39 @@ def test_a_path_leaving_the_workspace_is_refused(ws: Path, tmp_path: Path) -> No
 def test_a_launch_without_its_staged_tree_says_to_submit_again(tmp_path: Path) -> None:
     with pytest.raises(stage.StageError, match="run the same orch submit again"):
         stage.take(str(tmp_path), "j-0", str(tmp_path / "code"), last=True)
+
+
+def write_record(root: Path, ws: Path, generation: str) -> None:
+    """The sync record a receive would have left for ``ws`` (project ``p``)."""
+    entry = dict(recorded(ws / "pkg" / "a.py", sha(b"a1")), size=2, mtime_ns=1, mode=0o644, link=None)
+    files = {"pkg/a.py": entry, "link-to-data": {"sha256": None, "link": "data", "size": 0, "mtime_ns": 1,
+                                                  "mode": 0o777}}
+    (root / "state").mkdir(exist_ok=True)
+    (root / "state" / "sync-p.json").write_text(json.dumps({"files": files, "generation": generation}))
+
+
+def test_a_resubmit_with_no_change_is_staged_from_the_servers_record(ws: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_record(root, ws, "g1")
+    assert stage.from_record(str(root), "p", {"token": "j-0", "generation": "g1"}) == {"staged": 2}
+    staged = root / "staged" / "j-0"
+    assert (staged / "pkg" / "a.py").stat().st_ino == (ws / "pkg" / "a.py").stat().st_ino
+    assert os.readlink(staged / "link-to-data") == "data"
+    # the laptop held another generation of the record: nothing staged, it syncs as usual
+    assert stage.from_record(str(root), "p", {"token": "j-1", "generation": "g0"}) == {"stale": True}
+    assert not (root / "staged" / "j-1").exists()
+
+
+def test_staging_from_the_record_verifies_each_file_and_never_waits_for_a_receive(ws: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_record(root, ws, "g1")
+    (ws / "pkg" / "a.py").write_bytes(b"a2")  # edited on the server since the record
+    assert stage.from_record(str(root), "p", {"token": "j-0", "generation": "g1"}) == {"differ": ["pkg/a.py"]}
+    assert not (root / "staged" / "j-0").exists()
+    held = lease.acquire(workspace.record_lock(str(root), "p"), "receive p")  # a receive in progress
+    try:
+        assert stage.from_record(str(root), "p", {"token": "j-0", "generation": "g1"}) == {"busy": True}
+    finally:
+        held.release()
+    with pytest.raises(stage.StageError):
+        stage.from_record(str(root), "p", {"token": "j-0"})

@@ -35,4 +35,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p /run/sshd 2>/dev/null || true
 bash scripts/bootstrap.sh
+# The suite starts orch's CLI some thousands of times: byte-compile the project once, so a
+# machine with PYTHONDONTWRITEBYTECODE set does not compile it again in every process.
+.venv/bin/python -m compileall -q orchestrator remote_payload tests >/dev/null
 exec .venv/bin/python -m pytest -q "$@"

@@ -11,6 +11,7 @@ from orchestrator.access.connect import ask_on_tty, open_transport
 from orchestrator.access.provisioned import bring_down, bring_up
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
+from orchestrator.cli.vscode import renew_user_config
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.providers.open import provider_of
@@ -64,6 +65,7 @@ def up_cmd(app: App, name: str, trust: bool) -> None:
     host = provider_host(app, name)
     live = bring_up(host, app.say, login(app, trust))
     remember_price(app, host)
+    renew_user_config(app, app.inventory.get(name), live.address, live.port, live.user)
     app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}")
 
 

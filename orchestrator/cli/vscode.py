@@ -8,12 +8,14 @@ from pathlib import Path
 
 import click
 
+from orchestrator.access import keys
 from orchestrator.access.connect import open_transport
+from orchestrator.access.provisioned import connectable
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
-from orchestrator.hosts.inventory import Host
-from orchestrator.hosts.sshconfig import alias, own_config, render_block, user_ssh_config, write_block
+from orchestrator.hosts.inventory import Host, SeenEndpoint
+from orchestrator.hosts.sshconfig import BEGIN, alias, own_config, render_block, user_ssh_config, write_block
 from orchestrator.sync.selection import project_name
 from orchestrator.transport.base import never
 
@@ -27,9 +29,42 @@ def _ssh_host(app: App, name: str) -> Host:
     if host.kind != "ssh":
         raise UsageError(f"`{name}` is this machine: there is nothing to open over SSH")
     if host.provider is not None:
-        raise UsageError(f"{name} is a provider host: its port and password change with each power cycle, so "
-                         f"the system ssh and VSCode cannot keep an entry for it yet; `orch exec {name} -- CMD` works")
+        return ready_for_system_ssh(app, host)
     return host
+
+
+def ready_for_system_ssh(app: App, host: Host) -> Host:
+    """A provider host made ready for the system ssh and VSCode: its endpoint now (exit 3
+    naming `orch up` when it is off), orch's own key in the box's authorized_keys when the
+    provider gives a password (AutoDL; added once, kept across power cycles with the disk),
+    and the endpoint kept in the entry (``Host.seen``, no password) for the ssh-config block."""
+    assert host.provider is not None
+    if not host.host_key:
+        raise UsageError(f"{host.name}: no pinned host key yet: `orch up {host.name} --trust` first")
+    live = connectable(host)
+    if not host.identity_file:
+        _, public = keys.orch_key(None, app.say)
+        with open_transport(live, app.inventory, never) as transport:
+            if keys.install_key(transport, live, public) == "added":
+                app.say(f"{host.name}: orch's key added to {live.user}'s authorized_keys on the box: the system ssh "
+                        "and VSCode log in with it")
+    seen = SeenEndpoint(address=live.address, port=live.port, user=live.user)
+    if host.seen != seen:
+        host = host.model_copy(update={"seen": seen})
+        app.inventory.save(host)
+    return host
+
+
+def renew_user_config(app: App, host: Host, address: str, port: int, user: str) -> None:
+    """After a power-on: a provider host's new endpoint in the entry and, when the user wrote
+    orch's block into ~/.ssh/config before and the host has a stanza there, in that block too."""
+    seen = SeenEndpoint(address=address, port=port, user=user)
+    if host.seen is None or host.seen == seen:
+        return  # never opened with the system ssh: nothing to renew
+    app.inventory.save(host.model_copy(update={"seen": seen}))
+    path = user_ssh_config()
+    if path.is_file() and BEGIN in path.read_text(encoding="utf-8", errors="replace"):
+        write_user_config(app)
 
 
 def write_user_config(app: App) -> None:

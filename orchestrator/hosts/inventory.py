@@ -46,6 +46,18 @@ class ProviderRef(BaseModel):
                                 description="The provider's API (default: its own); a proxy or a stand-in.")
 
 
+class SeenEndpoint(BaseModel):
+    """Where a provider host's sshd answered last: for the system ssh and VSCode
+    (``orch ssh``/``orch code`` write it into the ssh-config block). Never the password; stale
+    after a power cycle, renewed by ``orch up``, ``orch ssh`` and ``orch code``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str = Field(pattern=r"^[A-Za-z0-9.:_-]{1,255}$")
+    port: int = Field(ge=1, le=65535)
+    user: str = Field(pattern=r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+
+
 class Host(BaseModel):
     """One inventory entry. ``kind == "local"`` only for the built-in host."""
 
@@ -77,6 +89,8 @@ class Host(BaseModel):
         default_factory=dict, description="Environment for Slurm's commands on the login node (e.g. SLURM_CONF).")
     provider: ProviderRef | None = Field(
         None, description="A rented instance whose address, port and password the provider gives on each connect.")
+    seen: SeenEndpoint | None = Field(
+        None, description="A provider host's endpoint when orch last connected for the system ssh (no password).")
     _password: str | None = PrivateAttr(None)
 
     def live(self, address: str, port: int, user: str, password: str | None) -> "Host":

@@ -34,11 +34,21 @@ def user_ssh_config() -> Path:
 
 
 def known_hosts_line(host: Host) -> str:
-    """The pinned key in known_hosts format: ``[address]:port type base64`` (bare address on 22)."""
+    """The pinned key in known_hosts format: ``[address]:port type base64`` (bare address on 22);
+    a provider host's under its alias (``HostKeyAlias``: its address and port change)."""
     if not host.host_key:
         raise UsageError(f"{host.name}: no pinned host key (orch hosts trust {host.name})")
-    name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+    if host.provider is not None:
+        name = alias(host)
+    else:
+        name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
     return f"{name} {host.host_key.strip()}\n"
+
+
+def provider_key(home: Path | None = None) -> Path:
+    """The key the system ssh uses for a provider host that logs in with a password (AutoDL):
+    orch's own, which ``orch ssh``/``orch code`` put into the box's authorized_keys."""
+    return (home or orch_home()) / "ssh" / "id_ed25519"
 
 
 def known_hosts_file(host: Host, home: Path | None = None) -> Path:
@@ -53,11 +63,21 @@ def _value(word: str, what: str, host: Host) -> str:
 
 
 def host_stanza(host: Host, home: Path | None = None) -> str:
-    """The ``Host orch-<name>`` section for one ssh host; writes its known_hosts file."""
-    lines = [f"Host {alias(host)}", f"    HostName {_value(host.address, 'address', host)}",
-             f"    Port {host.port}", f"    User {_value(host.user, 'user', host)}"]
-    if host.identity_file:
-        path = Path(host.identity_file).expanduser()
+    """The ``Host orch-<name>`` section for one ssh host; writes its known_hosts file. A
+    provider host's is where its sshd answered last (``Host.seen``), checked against the
+    pinned key under its alias wherever the provider moves it."""
+    lines = [f"Host {alias(host)}"]
+    if host.provider is not None and host.seen is not None:
+        lines += [f"    # {host.provider.name} instance: this address and port hold until it is powered off; "
+                  f"`orch up {host.name}` or `orch code {host.name}` renews them",
+                  f"    HostName {_value(host.seen.address, 'address', host)}", f"    Port {host.seen.port}",
+                  f"    User {_value(host.seen.user, 'user', host)}", f"    HostKeyAlias {alias(host)}"]
+    else:
+        lines += [f"    HostName {_value(host.address, 'address', host)}",
+                  f"    Port {host.port}", f"    User {_value(host.user, 'user', host)}"]
+    identity = host.identity_file or (str(provider_key(home)) if host.provider is not None else None)
+    if identity:
+        path = Path(identity).expanduser()
         lines += [f"    IdentityFile {_value(str(path.absolute()), 'identity file', host)}", "    IdentitiesOnly yes"]
     if host.host_key:
         known = known_hosts_file(host, home)
@@ -72,9 +92,9 @@ def host_stanza(host: Host, home: Path | None = None) -> str:
 
 def render_block(hosts: list[Host], home: Path | None = None) -> str:
     """The whole managed block (markers included) for the ssh hosts of ``hosts``; a provider
-    host has none (its port and password change with every power cycle)."""
+    host has one once ``orch up``/``ssh``/``code`` saw where it answers (``Host.seen``)."""
     stanzas = [host_stanza(h, home) for h in sorted(hosts, key=lambda h: h.name)
-               if h.kind == "ssh" and h.provider is None]
+               if h.kind == "ssh" and (h.provider is None or h.seen is not None)]
     return BEGIN + "\n" + "\n".join(stanzas) + END + "\n"
 
 

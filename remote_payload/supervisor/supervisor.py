@@ -65,6 +65,7 @@ from remote_payload.supervisor import (  # noqa: E402
 )
 from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
 
+WARNED_BEFORE_START = 143  # the step's exit code when Slurm's time-limit warning came before it started
 RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
 TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")
 TRAINER_NEEDS = ("the built-in trainer needs %s on this host's python: add to the job's setup: "
@@ -82,6 +83,8 @@ class Supervisor:
         self.warned = threading.Event()  # Slurm's time-limit warning (SIGUSR1)
         self.slurm = bool(self.job.get("slurm"))
         self.child: Optional[subprocess.Popen] = None
+        self.stopped_child: Optional[subprocess.Popen] = None  # the child the time-limit warning stopped
+        self.stepping = False  # the job's own step runs (in an allocation: srun's), not the setup
         self.recorder: Optional[repro.Recorder] = None
         self.manifests: Optional[ManifestCache] = None
         self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
@@ -150,18 +153,27 @@ class Supervisor:
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
 
     def on_warning(self, signum: int, frame: Any) -> None:
-        """Slurm's time-limit warning: stop the job gracefully (it checkpoints), not cancelled."""
+        """Slurm's time-limit warning: stop the job gracefully (it checkpoints), not cancelled.
+        Before the job's step runs (the GPU queue, setup) it stops what runs then, and the step
+        is never started (``run_step`` checks ``warned``): with ``requeue`` the next allocation
+        starts it, else the job ends at the warning, never at Slurm's hard limit."""
         self.warned.set()
         self.say("Slurm's time-limit warning: stopping the job so that it checkpoints")
-        if self.child is not None:
+        self._stop_at_warning()
+
+    def _stop_at_warning(self) -> None:
+        """Stop the running child once per child (signal handlers and ``run_step`` both run in
+        the main thread: no two of these interleave)."""
+        if self.child is not None and self.stopped_child is not self.child:
+            self.stopped_child = self.child
             threading.Thread(target=self._stop_tree, args=(float(self.job.get("grace_s", GRACE_S)),),
                              daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:
         """SIGTERM, then SIGKILL after ``grace``. In a Slurm allocation the job's processes are
         not this tree's (slurmstepd starts them): they get SIGTERM through Slurm first, and srun
-        is stopped only if they outlive ``grace``."""
-        if self.slurm and allocation.stop_steps(self.job):
+        is stopped only if they outlive ``grace``. The setup runs in this tree: stopped directly."""
+        if self.slurm and self.stepping and allocation.stop_steps(self.job):
             deadline = time.time() + grace
             while self.child is not None and self.child.poll() is None and time.time() < deadline:
                 time.sleep(0.1)
@@ -198,6 +210,8 @@ class Supervisor:
         found) or 126, with a ``failure.CANNOT_START`` line in the log saying why."""
         if self.cancelled.is_set():
             return 143
+        if self.warned.is_set():
+            return WARNED_BEFORE_START
         try:
             self.child = subprocess.Popen(
                 argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
@@ -209,6 +223,8 @@ class Supervisor:
         self.update(pgid=self.child.pid, child_pid=self.child.pid)
         if self.cancelled.is_set():
             self.on_sigterm(signal.SIGTERM, None)
+        elif self.warned.is_set():  # the warning came while it was being started
+            self._stop_at_warning()
         if started is not None:
             started()
         code = self.child.wait()
@@ -315,11 +331,13 @@ class Supervisor:
             if missing:
                 code, reason = 1, TRAINER_NEEDS % ", ".join(missing)
                 self.say(reason)
-        if code != 0 and not self.cancelled.is_set():
+        if code != 0 and not self.cancelled.is_set() and not self.warned.is_set():
             self.finish("failed", code, reason)
             onfinish.shutdown_when_done(self.job_dir, self.job, int(self.status["attempt"]), self.say)
             return 1
-        if not self.cancelled.is_set():
+        if self.warned.is_set():  # the time-limit warning came before the job started: it does not start now
+            code = code or WARNED_BEFORE_START
+        elif not self.cancelled.is_set():
             self.update(state="running")
             if self.node.get("direct"):
                 env = direct_env(env, free_port())
@@ -330,6 +348,7 @@ class Supervisor:
             argv = allocation.step_argv(self.job, self.job_dir, argv) if self.slurm else argv
             self.say("starting: %s" % shlex.join(argv))
             watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
+            self.stepping = True
             code = self.run_step(list(argv), env, started=self.start_background)
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with

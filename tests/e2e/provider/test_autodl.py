@@ -4,7 +4,9 @@ port and password on every power cycle, power off, out of stock, a wrong token, 
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +34,14 @@ def add(orch: Orch, standin: AutoDLStandin, name: str, index: int) -> str:
 def token(orch: Orch, autodl: AutoDLStandin) -> str:
     orch.env[TOKEN_ENV] = autodl.token
     return autodl.token
+
+
+def system_ssh(orch: Orch, home: Path, alias: str) -> str:
+    """``whoami`` through the real OpenSSH client and the block in ``home``'s ssh config."""
+    done = subprocess.run(["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", alias, "whoami"],
+                          capture_output=True, text=True, timeout=60, env=orch.env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def secrets_absent(orch: Orch, words: list[str], *outputs: str) -> None:
@@ -65,6 +75,18 @@ def test_up_runs_on_the_new_port_and_password_after_every_power_cycle_and_down_s
     assert orch("exec", "a1", "--", "whoami").stdout.strip() == box.user
     outputs = [up.stdout + up.stderr]
 
+    # the system ssh (and so VSCode): orch's key goes in once, the block holds today's endpoint
+    home = orch.cwd / "userhome"
+    home.mkdir()
+    orch.env["HOME"] = str(home)
+    shell = orch("ssh", "a1", "--", "whoami")
+    assert shell.stdout.strip() == box.user and "orch's key added to" in shell.stderr
+    orch("ssh-config", "--write")
+    block = (home / ".ssh" / "config").read_text()
+    assert f"Port {box.port}\n" in block and "HostKeyAlias orch-a1" in block and box.password not in block
+    assert system_ssh(orch, home, "orch-a1") == box.user
+    outputs += [shell.stdout + shell.stderr]
+
     down = orch("down", "a1")
     assert box.status == "shutdown" and "a1: off" in down.stderr
     billed = autodl.ledger()[uuid]
@@ -75,6 +97,8 @@ def test_up_runs_on_the_new_port_and_password_after_every_power_cycle_and_down_s
     again = orch("up", "a1")  # the pinned key is checked; the new port and password just work
     assert (box.port, box.password) != first
     assert orch("exec", "a1", "--", "whoami").stdout.strip() == box.user
+    assert f"Port {box.port}\n" in (home / ".ssh" / "config").read_text()  # `orch up` renewed the block
+    assert system_ssh(orch, home, "orch-a1") == box.user  # same pinned key under its alias, a new port
     outputs += [again.stdout + again.stderr, down.stderr]
     orch("down", "a1")
     assert autodl.ledger()[uuid] > billed and box.sshd is None

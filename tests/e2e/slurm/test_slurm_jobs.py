@@ -221,6 +221,25 @@ def test_cancel_stops_a_running_job_gracefully_and_ends_its_allocation(orch: Orc
     assert "stopped by signal at step" in (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
 
 
+def test_a_time_limit_warning_during_setup_ends_the_job_at_the_warning_and_never_starts_it(
+        orch: Orch, lab: str, slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The warning can come before the job's step runs (here: a long setup; also a GPU-queue
+    wait). The setup is stopped and the step never started, so the job ends at the warning
+    with its own reason, not at Slurm's hard limit minutes later. (time 2, signal_before_s 90:
+    the warning comes at slurmctld's first time-limit pass after the start; the setup's sleep
+    outlasts the limit, so a warning left unheeded would end as Slurm's SIGTERM.)"""
+    spec = job_file(tmp_path, "warnedsetup", f"hosts: [{lab}]\nsetup: sleep 150\nlaunch:\n  nproc_per_node: 1\n"
+                                             "  command: python job.py\n"
+                                             "  slurm: {time: '2', signal_before_s: 90}\n")
+    job = orch.json("submit", str(spec))["job_id"]
+    done = status_where(orch, job, "the job to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"),
+                        timeout=240)
+    assert done["state"] == "failed" and done["reason"].startswith("TIMEOUT: stopped at the warning"), done
+    log = (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
+    assert "running setup" in log and "Slurm's time-limit warning" in log and "starting: " not in log, log
+    assert not (remote_job_dir(orch, job) / "outputs" / "done.txt").exists()
+
+
 def test_time_limit_warning_checkpoints_and_resume_ends_bit_identical(orch: Orch, lab: str, slurm: SlurmCluster,
                                                                       tiny_assets: Path) -> None:
     """slurmctld sends the warning on its 30-second time-limit pass, once the job is within
@@ -272,9 +291,13 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
     launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "requeue": True}}
     job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=60, env=SLOW)))["job_id"]
     waiting = status_where(orch, job, "the requeued job to wait", lambda s: "requeued" in (s.get("reason") or ""))
-    assert waiting["state"] == "pending" and waiting["reason"].startswith(
+    requeued, _, slurm_says = waiting["reason"].partition("; ")
+    assert waiting["state"] == "pending" and requeued == (
         "requeued at the warning before the time limit (3): the next allocation continues from the latest checkpoint"
-        "; waiting for Slurm:"), waiting
+    ), waiting
+    # a loaded machine's poll may come after Slurm started the next allocation
+    starting = f"starting in Slurm job {waiting['slurm_job']}"
+    assert slurm_says.startswith(("waiting for Slurm:", starting + " on ")) or slurm_says == starting, waiting
     done = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"),
                         timeout=5 * 90)
     log = remote_job_dir(orch, job) / "logs" / "node0.log"

@@ -40,13 +40,13 @@ def test_the_entry_holds_the_token_variables_name_never_the_token(orch: Orch) ->
     assert "local is not a provider host" in plain.stderr
 
 
-def test_ssh_config_leaves_a_provider_host_out_and_orch_ssh_says_why(orch: Orch) -> None:
+def test_a_provider_host_never_opened_has_no_ssh_config_stanza_and_orch_ssh_names_orch_up(orch: Orch) -> None:
     orch("hosts", "add", "p3", "--provider", "autodl", "--instance", "abc-123", "--token-env", "MY_TOKEN")
     orch("hosts", "add", "plain", "--ssh", "ssh -p 2222 root@203.0.113.7")
     block = orch("ssh-config").stdout
     assert "Host orch-plain" in block and "orch-p3" not in block
     refused = orch("ssh", "p3", check=2)
-    assert "p3 is a provider host" in refused.stderr and "orch exec p3 -- CMD" in refused.stderr
+    assert "p3: no pinned host key yet: `orch up p3 --trust` first" in refused.stderr
 
 
 def test_an_existing_vast_or_runpod_instance_is_added_with_the_key_it_lets_in(orch: Orch) -> None:

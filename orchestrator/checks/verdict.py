@@ -8,11 +8,12 @@ but stops nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from orchestrator.hosts.inventory import Host
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -30,6 +31,10 @@ def blockers(rows: list[Row]) -> list[Row]:
 
 
 def table(host: Host, rows: list[Row]) -> Table:
+    """The rows as a table for a terminal (rich is imported here: a submit's checks draw none)."""
+    from rich.table import Table
+    from rich.text import Text
+
     out = Table(title=f"{host.name} ({host.target})", title_justify="left", box=None, pad_edge=False)
     for column in ("CHECK", "VALUE", "VERDICT", "NOTE"):
         out.add_column(column)

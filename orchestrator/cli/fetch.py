@@ -11,7 +11,8 @@ from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch import unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
-from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
+from orchestrator.fetch import DEFAULT_INTERVAL_S
+from orchestrator.fetch.watch import Watch
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import final_line
 

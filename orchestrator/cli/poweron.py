@@ -11,14 +11,15 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from orchestrator.access.provisioned import bring_down, bring_up, describe
+from typing import TYPE_CHECKING
+
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App
-from orchestrator.cli.provision import login, remember_price
 from orchestrator.errors import UsageError
-from orchestrator.hosts.inventory import Host
-from orchestrator.providers.open import provider_of
-from orchestrator.spec.load import LoadedSpec
+
+if TYPE_CHECKING:
+    from orchestrator.hosts.inventory import Host
+    from orchestrator.spec.load import LoadedSpec
 
 
 def provider_hosts(app: App, loaded: LoadedSpec) -> list[Host]:
@@ -31,9 +32,16 @@ def power_on_first(app: App, loaded: LoadedSpec, spec_file: Path, yes: bool, dry
     """Power on every provider host of the job that is off; true when the submit may go on
     (false: a dry run that stops at what it would power on, with ``as_json`` printed as
     ``{"dry_run": true, "power_on": [{host, provider, instance, state, price_per_hour}]}``)."""
+    hosts = provider_hosts(app, loaded)
+    if not hosts:  # the providers' code is loaded only for a job that has such a host
+        return True
+    from orchestrator.access.provisioned import bring_up, describe
+    from orchestrator.cli.provision import login, remember_price
+    from orchestrator.providers.open import provider_of
+
     off: list[tuple[Host, str]] = []
     rows: list[dict[str, object]] = []
-    for host in provider_hosts(app, loaded):
+    for host in hosts:
         assert host.provider is not None
         provider = provider_of(host)
         state, _ = provider.state(host.provider.instance)
@@ -67,6 +75,8 @@ def power_off_after(app: App, loaded: LoadedSpec) -> None:
     through the API once the job ended and the watch's last fetch is done."""
     if not loaded.spec.on_finish.power_off:
         return
+    from orchestrator.access.provisioned import bring_down
+
     for host in provider_hosts(app, loaded):
         app.say(f"on_finish.power_off: powering {host.name} off")
         bring_down(host, app.say)

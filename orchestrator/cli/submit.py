@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
+from orchestrator import trace
 from orchestrator.checks.laptop import laptop_checks, laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.cli.fetch import watch_job
 from orchestrator.cli.logs import report_new_job
 from orchestrator.cli.poweron import power_off_after, power_on_first
 from orchestrator.errors import SweepIncomplete, UsageError
-from orchestrator.fetch.watch import DEFAULT_INTERVAL_S, Watch
+from orchestrator.fetch import DEFAULT_INTERVAL_S
 from orchestrator.jobs.submit import submit
 from orchestrator.plan.build import plan_text
 from orchestrator.spec.load import LoadedSpec, load_spec
@@ -104,6 +104,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         loaded = expand(loaded, [], overrides, None)[0].loaded
     for warning in laptop_report(loaded):  # the same checks as `orch check`, before connecting
         app.say(f"warning: {warning}")
+    trace.mark("spec", f"{spec_file} read and checked")
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
         done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
                       pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
@@ -123,6 +124,8 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
         if not watch:
             report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
             return
+        from orchestrator.fetch.watch import Watch  # only with --watch: a plain submit starts without it
+
         if follow:  # the watch's rounds in a thread while the log streams, the final fetch after it
             watcher = Watch(app.registry.get(plan.job_id), app.inventory, app.registry, Path("runs"), app.say,
                             extra=["checkpoints/"], interval=watch_interval, keep_checkpoints=keep_checkpoints)
@@ -135,6 +138,8 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
             power_off_after(app, loaded)
             return
         report_new_job(app, plan.job_id, result, False, as_json, done.remotes)
+    from orchestrator.cli.fetch import watch_job
+
     status = watch_job(app, app.registry.get(plan.job_id), Path("runs"), ["checkpoints/"], False, watch_interval,
                        keep_checkpoints)
     if status.get("state") != "succeeded":

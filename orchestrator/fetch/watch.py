@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 from orchestrator.access.connect import open_transport
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
-from orchestrator.fetch import kit, unfetched
+from orchestrator.fetch import DEFAULT_INTERVAL_S, kit, unfetched
 from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
@@ -48,7 +48,6 @@ from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import SETTLED
 
-DEFAULT_INTERVAL_S = 30.0
 QUIET_BELOW_MB = 1.0  # a round moving less (a log's and the metrics' new lines) is not announced
 SMALL_ROUND = re.compile(r"^fetching \d+ file\(s\), ([0-9.]+) MB from ")
 MAX_RETRY_S = 120.0  # a failing round is retried at least this often (and at most twice the interval apart)

@@ -30,6 +30,7 @@ from orchestrator.errors import UsageError
 from orchestrator.home import laptop_id
 from orchestrator.state import runs
 from remote_payload.contract.jobfolder import TEMP_PREFIX
+from remote_payload.contract.protocol import tree_digest
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
 LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
@@ -57,6 +58,7 @@ class SyncPlan:
     # files the server holds the first bytes of (an interrupted sync): rel -> {offset, prefix, sha256}
     resume: dict[str, dict[str, Any]] = field(default_factory=dict)
     stage: str | None = None  # set the sent tree apart on the server under this token (a submit's code)
+    stage_tree: bool = False  # send that tree itself, not its digest (the server's selection was another)
 
     def summary(self) -> str:
         """``3 changed file(s), 12.0 MB`` with what is resumed and deleted, for a person."""
@@ -70,12 +72,15 @@ class SyncPlan:
         """What ``.orch-sync.json`` says: the changes since ``base`` (or, without one, every
         entry) and the deletions; with ``stage``, the whole tree this sync means, each file
         by the hash the laptop knows (none yet for one this stream brings for the first time),
-        for ``remote_payload/helper/stage.py``."""
+        for ``remote_payload/helper/stage.py`` — as its digest, which the server checks the
+        tree it makes from its record and these changes against, or with ``stage_tree`` as
+        the tree itself."""
         out: dict[str, Any] = {"delete": self.delete, "entries": self.entries} if self.base is None else \
             {"delete": self.delete, "base": self.base, "changed": self.changed}
         if self.stage is not None:
             tree = {rel: [e["sha256"] if e["link"] is None else None, e["link"]] for rel, e in self.entries.items()}
-            out["stage"] = {"token": self.stage, "tree": tree}
+            out["stage"] = {"token": self.stage, "tree": tree} if self.stage_tree else \
+                {"token": self.stage, "digest": tree_digest(tree)}
         return out
 
 

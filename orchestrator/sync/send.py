@@ -126,11 +126,12 @@ def _resume(f: Any, info: tarfile.TarInfo, resume: dict[str, Any] | None) -> Any
 
 
 def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
-            recorded: dict[str, Any] | None) -> SyncPlan:
+            recorded: dict[str, Any] | None, stage_tree: bool = False) -> SyncPlan:
     """A plan that sends ``changed`` again as they are now (and deletes the vanished ones),
-    as changes to the record ``base`` the last round left (every entry when unknown)."""
+    as changes to the record ``base`` the last round left (every entry when unknown); the
+    stage's tree itself with ``stage_tree`` (or when the last round sent it)."""
     again = SyncPlan(entries=dict(plan.entries), base=base if recorded is not None else None, recorded=recorded or {},
-                     stage=plan.stage)
+                     stage=plan.stage, stage_tree=stage_tree or plan.stage_tree)
     for rel in changed:
         path = root / rel
         try:
@@ -257,15 +258,21 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
 
     With ``plan.stage`` the last round sets this tree apart on the server (``stage.py`` there;
     also when nothing needs sending): a file another sync replaced meanwhile comes back in the
-    reply and is sent again like a changed one; one that keeps differing is a ``RemoteError``."""
+    reply and is sent again like a changed one; one that keeps differing is a ``RemoteError``.
+    The tree goes as its digest; a server whose own selection is another tree (a sync moved
+    its record since this plan) answers ``stale`` and the next round, one more, sends the tree."""
     if plan.noop and plan.stage is None:
         return {"written": 0, "deleted": 0, "bytes": 0}
     kept = kept or Kept(remote.host.name)
     total: dict[str, Any] = {}
-    for _ in range(SEND_ROUNDS):
+    rounds = SEND_ROUNDS
+    while rounds:
+        rounds -= 1
         value, changed = _send_once(remote, project, root, plan, progress, kept)
         kept.round_done(value["written"])
-        differ = _differ(remote, value, plan.entries) if plan.stage is not None else []
+        differ, stale = _differ(remote, value, plan) if plan.stage is not None else ([], False)
+        if stale:  # the round that only learned the tree must be sent does not count
+            rounds += 1
         if plan.base is not None:
             recorded = synccache.after_receive(remote.host, project, plan.recorded, value)
         else:  # every entry was sent: the next hello brings the record whole
@@ -276,9 +283,9 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
                 total[key] = total.get(key, 0) + number if isinstance(number, int) else number
         changed += [rel for rel in value.get("again", []) if isinstance(rel, str) and rel in plan.entries
                     and rel not in changed]
-        if not changed and not differ:
+        if not changed and not differ and not stale:
             return total
-        plan = _replan(root, plan, sorted(set(changed) | set(differ)), value["generation"], recorded)
+        plan = _replan(root, plan, sorted(set(changed) | set(differ)), value["generation"], recorded, stale)
     if not changed:
         raise RemoteError(f"{remote.host.name}: another sync of this workspace kept replacing {few(differ)} while "
                           "this submit set its code apart")
@@ -286,16 +293,19 @@ def send(remote: Remote, project: str, root: Path, plan: SyncPlan,
                      "them? Stop it, or leave them out of the sync in .orchignore")
 
 
-def _differ(remote: Remote, value: dict[str, Any], entries: dict[str, Any]) -> list[str]:
-    """The files the server could not stage as this submit sent them (``stage.py`` there);
-    ``RemoteError`` for an answer that is neither staged nor a list of this tree's paths (untrusted)."""
+def _differ(remote: Remote, value: dict[str, Any], plan: SyncPlan) -> tuple[list[str], bool]:
+    """The files the server could not stage as this submit sent them (``stage.py`` there),
+    and whether it needs the tree itself (``stale``: asked once, for a digest); ``RemoteError``
+    for an answer that is neither staged nor one of those (untrusted)."""
     answer = value.get("stage")
     if isinstance(answer, dict) and isinstance(answer.get("staged"), int):
-        return []
+        return [], False
+    if isinstance(answer, dict) and answer.get("stale") is True and not plan.stage_tree:
+        return [], True
     differ = answer.get("differ") if isinstance(answer, dict) else None
-    if not isinstance(differ, list) or not differ or not all(isinstance(p, str) and p in entries for p in differ):
+    if not isinstance(differ, list) or not differ or not all(isinstance(p, str) and p in plan.entries for p in differ):
         raise RemoteError(f"{remote.host.name}: orch's helper answered the sync without staging this submit's code")
-    return differ
+    return differ, False
 
 
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
@@ -339,7 +349,8 @@ def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
         stage = value.get("stage")
         trace.mark("send", f"{remote.host.name}: {len(plan.send)} file(s), {plan.send_bytes / 1e6:.1f} MB, "
                    f"{len(plan.delete)} deleted in {trace.since_start_ms() - t0:.0f} ms"
-                   + (f"; staged: {json.dumps(stage)[:60]}" if stage is not None else ""))
+                   + (f"; tree {'sent whole' if plan.stage_tree else 'by digest'}, staged: {json.dumps(stage)[:60]}"
+                      if stage is not None else ""))
     return value, outcome.get("changed", [])
 
 

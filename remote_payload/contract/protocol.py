@@ -23,6 +23,8 @@ the laptop checks every reply against it and rejects a malformed one naming the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import struct
 from typing import IO, Any, Dict, NamedTuple, Optional, Tuple
 
@@ -41,6 +43,14 @@ GRACE_S = 30.0  # SIGTERM -> SIGKILL when a job is stopped, unless job.json says
 # A file cut off mid-sync with at least this many bytes on the server is kept (under its
 # temporary name) and the next sync sends only the rest of it; a smaller one is sent again.
 RESUME_MIN_BYTES = 1 << 20
+
+
+def tree_digest(tree: Dict[str, Any]) -> str:
+    """The sha256 that names a submit's tree ``{rel: [sha256 or None, link or None]}``, the
+    same on both sides: a receive that can make the tree itself (the record it holds with the
+    stream's changes) checks it against the laptop's digest instead of being sent the tree."""
+    text = json.dumps(sorted(tree.items()), separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 # -- framing -----------------------------------------------------------------------------
 MAGIC = b"\x00orch-serve-1\n"

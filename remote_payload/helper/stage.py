@@ -9,8 +9,15 @@ mtime are the ones recorded; else the file is hashed), a symlink by its target. 
 differs (another submit of the same workspace replaced it after this one planned its sync) stages
 nothing: its name comes back in ``differ`` and the laptop sends it again. The launch takes the
 staged tree as the job's ``code/`` (``take``), so what a job runs is exactly what its submit
-sent, whatever syncs after. A resubmit that changed nothing is staged from the server's own
-record instead, in its ``hello`` (``from_record``): no receive at all. Standard library only.
+sent, whatever syncs after.
+
+The laptop sends the tree's digest (``contract/protocol.py``: ``tree_digest``), not the tree
+(200 KB for 2000 files): the receive's own selection — the record it found with the stream's
+changes and deletions put in — is that tree when the digests agree, as they do when no other
+sync moved the record since the laptop planned. When they do not, nothing is staged and the
+answer is ``{"stale": true}``: the laptop sends the tree itself in its next round. A resubmit
+that changed nothing is staged from the server's own record instead, in its ``hello``
+(``from_record``): no receive at all. Standard library only.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from remote_payload.contract.jobfolder import sha256_file
+from remote_payload.contract.protocol import tree_digest
 from remote_payload.helper import workspace
 from remote_payload.helper.workspace import Finish, link_tree, tree_files, safe_join
 from remote_payload.jobdir import lease
@@ -50,20 +58,28 @@ def finisher(root: str, ws: str) -> Finish:
                progress: Progress) -> Dict[str, Any]:
         if control.get("stage") is None:
             return {}
-        return {"stage": stage(root, ws, control["stage"], record, received, progress)}
+        return {"stage": stage(root, ws, control["stage"], record, received, progress, control["entries"])}
 
     return finish
 
 
 def stage(root: str, ws: str, request: Any, record: Dict[str, Any], received: Dict[str, str],
-          progress: Progress) -> Dict[str, Any]:
+          progress: Progress, entries: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Stage ``request["tree"]`` of workspace ``ws`` as ``request["token"]`` (see the module
-    docstring). The caller holds the workspace's lease; ``record`` is the sync record just
+    docstring) — or, for a request with ``digest`` instead, the tree of ``entries`` (the
+    receive's whole selection: its record with the stream's changes) when its digest is that
+    one. The caller holds the workspace's lease; ``record`` is the sync record just
     written, ``received`` the hash of each file that arrived in this stream; ``progress`` is
-    the lease's sign of life, given per file. Returns
-    ``{"staged": n}``, or ``{"differ": [rel, ...]}`` with nothing staged."""
-    if not isinstance(request, dict) or not isinstance(request.get("token"), str) \
-            or not isinstance(request.get("tree"), dict):
+    the lease's sign of life, given per file. Returns ``{"staged": n}``,
+    ``{"differ": [rel, ...]}`` or ``{"stale": true}``, the last two with nothing staged."""
+    if not isinstance(request, dict) or not isinstance(request.get("token"), str):
+        raise StageError("malformed stage request")
+    if isinstance(request.get("digest"), str) and request.get("tree") is None:
+        tree = tree_of(entries or {})
+        if tree_digest(tree) != request["digest"]:
+            return {"stale": True}
+        request = {"token": request["token"], "tree": tree}
+    if not isinstance(request.get("tree"), dict):
         raise StageError("malformed stage request")
     final = staged_dir(root, request["token"])
     parent = os.path.dirname(final)
@@ -111,12 +127,17 @@ def from_record(root: str, project: str, request: Any) -> Dict[str, Any]:
         files = whole.get("files")
         if whole.get("generation") != request["generation"] or not isinstance(files, dict):
             return {"stale": True}
-        tree = {rel: [e.get("sha256") if e.get("link") is None else None, e.get("link")]
-                for rel, e in files.items() if isinstance(e, dict)}
-        return stage(root, workspace.workspace_dir(root, project), {"token": request["token"], "tree": tree},
+        return stage(root, workspace.workspace_dir(root, project), {"token": request["token"], "tree": tree_of(files)},
                      files, {}, held.progress)
     finally:
         held.release()
+
+
+def tree_of(entries: Dict[str, Any]) -> Dict[str, Any]:
+    """The staged tree that record entries mean: ``{rel: [sha256 or None, link or None]}``
+    (a symlink by its target alone), as the laptop writes it (``SyncPlan.control``)."""
+    return {rel: [e.get("sha256") if e.get("link") is None else None, e.get("link")]
+            for rel, e in entries.items() if isinstance(e, dict)}
 
 
 def _link_verified(ws: str, dest: str, rel: str, want: Any, recorded: Optional[Dict[str, Any]],

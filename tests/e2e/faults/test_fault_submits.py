@@ -60,7 +60,8 @@ def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not
     alpha, beta = two_jobs_one_checkout(orch, box)
     orch("submit", str(alpha), "--follow")  # the server holds V1
     (orch.cwd / "ws" / "notes.txt").write_text("one more file")  # alpha's next sync sends it (with no change at
-    first = submit_paused(orch, alpha, "before-sync", tmp_path / "hooks")  # all its hello would set V1 apart)
+    traced = Orch(orch.home, orch.remote_root, dict(orch.env, ORCH_TRACE="1"), orch.cwd)  # all its hello would
+    first = submit_paused(traced, alpha, "before-sync", tmp_path / "hooks")  # set V1 apart)
     main = orch.cwd / "ws" / "main.py"
     main.write_text(V2)
     second = json.loads(orch("submit", str(beta), "--follow", "--json").stdout)
@@ -68,6 +69,10 @@ def test_a_file_another_submit_replaced_after_this_one_planned_is_sent_again_not
     main.write_text(V1)  # the laptop holds what alpha planned again; the server holds beta's V2
     code, out, err = release(first, "before-sync", tmp_path / "hooks")
     assert code == 0, err
+    sends = [line for line in err.splitlines() if "  send  " in line]  # its tree went as a digest, which the
+    assert [('"stale": true' in s, "tree sent whole" in s) for s in sends] == [  # server's (beta's V2) is not:
+        (True, False), (False, True), (False, True)]  # the tree itself, then main.py again
+    assert '"differ": ["main.py"]' in sends[1] and '"staged": 3' in sends[2]
     job = json.loads(out)["job_id"]
     assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
     assert "CODE VERSION 1" in log_of(orch, job)
@@ -91,6 +96,25 @@ def test_a_resubmit_with_no_change_is_set_apart_in_its_hello_and_runs_that_tree_
     assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
     assert "CODE VERSION 1" in log_of(orch, job) and "CODE VERSION 2" not in log_of(orch, job)
     assert not list((orch.remote_root / "staged").iterdir())
+
+
+def test_a_resubmit_with_one_change_sends_that_file_and_its_trees_digest_and_runs_exactly_that_tree(
+        orch: Orch, box: str) -> None:
+    alpha, _ = two_jobs_one_checkout(orch, box)
+    orch("submit", str(alpha), "--follow")  # the server holds V1 and only-in-v1.txt
+    ws = orch.cwd / "ws"
+    (ws / "main.py").write_text(V2)
+    (ws / "only-in-v1.txt").unlink()
+    traced = Orch(orch.home, orch.remote_root, dict(orch.env, ORCH_TRACE="1"), orch.cwd)
+    proc = traced("submit", str(alpha), "--json")
+    sends = [line for line in proc.stderr.splitlines() if "  send  " in line]
+    assert len(sends) == 1 and "1 file(s)" in sends[0] and "1 deleted" in sends[0], proc.stderr
+    assert "tree by digest" in sends[0] and '"staged": 1' in sends[0]  # one round: no tree, nothing again
+    job = json.loads(proc.stdout)["job_id"]
+    assert orch.wait_state(job, ("succeeded", "failed"))["state"] == "succeeded"
+    assert "CODE VERSION 2" in log_of(orch, job)
+    code = orch.remote_root / "jobs" / job / "code"
+    assert sorted(p.name for p in code.iterdir() if p.name != "__pycache__") == ["main.py"]
 
 
 def test_two_submits_of_one_job_file_at_once_start_one_job_and_refuse_the_second(

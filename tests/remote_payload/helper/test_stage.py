@@ -5,12 +5,15 @@ tests/e2e/faults/test_fault_submits.py."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from remote_payload.contract.protocol import tree_digest
 from remote_payload.helper import stage, workspace
 from remote_payload.helper.workspace import SyncError
 from remote_payload.jobdir import lease
@@ -122,3 +125,73 @@ def test_staging_from_the_record_verifies_each_file_and_never_waits_for_a_receiv
         held.release()
     with pytest.raises(stage.StageError):
         stage.from_record(str(root), "p", {"token": "j-0"})
+
+
+def test_a_digest_stages_the_tree_it_names_and_a_stale_one_nothing(ws: Path, tmp_path: Path) -> None:
+    """The laptop sends the tree's digest: the server stages its own selection when it is that
+    tree, and says ``stale`` (the laptop then sends the tree) when it is another."""
+    root = tmp_path / "root"
+    a = dict(recorded(ws / "pkg" / "a.py", sha(b"a1")), size=2, mtime_ns=1, mode=0o644, link=None)
+    selection = {"pkg/a.py": a, "link-to-data": {"sha256": None, "link": "data", "size": 0, "mtime_ns": 1, "mode": 0}}
+    laptops = {"pkg/a.py": [sha(b"a1"), None], "link-to-data": [None, "data"]}
+    assert stage.tree_of(selection) == laptops
+    answer = stage.stage(str(root), str(ws), {"token": "j-0", "digest": tree_digest(laptops)}, {"pkg/a.py": a}, {},
+                         lambda: None, selection)
+    assert answer == {"staged": 2}
+    assert (root / "staged" / "j-0" / "pkg" / "a.py").read_bytes() == b"a1"
+    planned = dict(laptops, **{"pkg/a.py": [sha(b"a0"), None]})  # the laptop planned another a.py
+    answer = stage.stage(str(root), str(ws), {"token": "j-1", "digest": tree_digest(planned)}, {"pkg/a.py": a}, {},
+                         lambda: None, selection)
+    assert answer == {"stale": True} and not (root / "staged" / "j-1").exists()
+
+
+def sync_stream(control: dict, files: dict[str, bytes]) -> io.BytesIO:
+    """A receive's stream as the laptop writes it: ``.orch-sync.json``, then the files."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for name, data in [(".orch-sync.json", json.dumps(control).encode()), *files.items()]:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    out.seek(0)
+    return out
+
+
+def laptop_entry(data: bytes, mtime_ns: int, digest: str | None = "") -> dict:
+    return {"size": len(data), "mtime_ns": mtime_ns, "mode": 0o644, "link": None,
+            "sha256": sha(data) if digest == "" else digest}
+
+
+def test_a_receive_of_one_change_stages_its_whole_tree_from_the_digest_alone(tmp_path: Path) -> None:
+    """A resubmit that changed one file and deleted one sends those and the tree's digest; the
+    receive stages the whole tree (the files it did not bring included), each file verified,
+    and what another sync moved since the laptop planned is ``stale``."""
+    root = str(tmp_path / "root")
+    finish = stage.finisher(root, workspace.workspace_dir(root, "p"))
+    first = {"a.py": b"a1", "b.py": b"b1", "old.txt": b"old"}
+    entries = {rel: laptop_entry(data, 1, None) for rel, data in first.items()}
+    done = workspace.receive(root, "p", sync_stream({"delete": [], "entries": entries}, first))
+    assert done["written"] == 3
+    base = done["generation"]
+
+    tree = {"a.py": [sha(b"a2"), None], "b.py": [sha(b"b1"), None]}  # a.py edited, old.txt deleted, b.py as it was
+    control = {"delete": ["old.txt"], "base": base, "changed": {"a.py": laptop_entry(b"a2", 2, sha(b"a2"))},
+               "stage": {"token": "j-0", "digest": tree_digest(tree)}}
+    done = workspace.receive(root, "p", sync_stream(control, {"a.py": b"a2"}), finish=finish)
+    assert done["stage"] == {"staged": 2} and done["written"] == 1
+    staged = tmp_path / "root" / "staged" / "j-0"
+    assert sorted(p.name for p in staged.iterdir()) == ["a.py", "b.py"]
+    assert (staged / "a.py").read_bytes() == b"a2" and (staged / "b.py").read_bytes() == b"b1"
+
+    # planned from ``base`` too, but a sync since replaced b.py: not this laptop's tree
+    tree = {"a.py": [sha(b"a2"), None], "b.py": [sha(b"b1"), None], "c.py": [None, None]}
+    control = {"delete": ["old.txt"], "base": base, "changed": {"c.py": laptop_entry(b"c1", 3, None)},
+               "stage": {"token": "j-1", "digest": tree_digest(tree)}}
+    workspace.receive(root, "p", sync_stream({"delete": [], "base": done["generation"],
+                                              "changed": {"b.py": laptop_entry(b"b2", 4, None)}}, {"b.py": b"b2"}))
+    done = workspace.receive(root, "p", sync_stream(control, {"c.py": b"c1"}), finish=finish)
+    assert done["stage"] == {"stale": True} and not (tmp_path / "root" / "staged" / "j-1").exists()
+    tree["c.py"] = [sha(b"c1"), None]  # the laptop's next round: the tree itself, c.py by what it sent
+    control = {"delete": [], "base": done["generation"], "changed": {}, "stage": {"token": "j-1", "tree": tree}}
+    done = workspace.receive(root, "p", sync_stream(control, {}), finish=finish)
+    assert done["stage"] == {"differ": ["b.py"]}  # sent again in the round after

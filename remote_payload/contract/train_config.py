@@ -24,6 +24,7 @@ Strategy = Literal["ddp", "fsdp"]
 DataFormat = Literal["text", "alpaca"]
 Quantize = Literal["4bit", "8bit"]
 LogitPositions = Literal["labels", "all"]
+Activations = Literal["fused", "model"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -216,6 +217,14 @@ class TrainConfig(BaseModel):
             "gradients as all, with less compute and memory where prompts are masked, batches padded or the "
             "vocabulary large); the trainer checks at start that the model's head fits this and otherwise falls back "
             "to all, saying so in the log. all: logits at every position, the model's own forward."
+        ),
+    )
+    activations: Activations = Field(
+        "fused",
+        description=(
+            "fused: transformers' Python GELU modules of the tanh form (gelu_new, gelu_fast: GPT-2, GPT-J, Phi, ...) run "
+            "as torch's single fused kernel of the same function (rounding differs, ~1e-7 relative); nothing else "
+            "changes and nothing is saved differently. model: the model's own modules."
         ),
     )
     memory: MemorySection = Field(default_factory=MemorySection, description="Gradient checkpointing and QLoRA base weights.")

@@ -15,6 +15,8 @@ Contracts:
   those positions alone, so its matmul and the loss skip prompts, padding and last tokens. The loss
   and gradients are those of the full logits (the head is applied per position); the forward goes
   through every wrapper (DDP, FSDP, peft) as usual, only the head's input is narrowed.
+- `fuse_activations` swaps parameter-free activation modules for torch's fused kernel of the same
+  function; state dicts, checkpoints and exports are unchanged.
 """
 
 from __future__ import annotations
@@ -275,3 +277,27 @@ def label_head(model: torch.nn.Module, device: torch.device,
     if not torch.allclose(narrowed.float(), expected, rtol=tol, atol=tol * float(expected.abs().max().clamp(min=1.0))):
         return None, "its logits at the chosen positions differ from the full forward's"
     return head, ""
+
+
+class TanhGELU(torch.nn.Module):
+    """GELU's tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as torch's one fused
+    kernel: the function transformers' `NewGELUActivation` (gelu_new) and `FastGELUActivation`
+    (gelu_fast) compute in Python as some eight elementwise kernels forward and more backward, each
+    a pass over the MLP's widest activation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def fuse_activations(model: torch.nn.Module) -> int:
+    """Replace every `NewGELUActivation` / `FastGELUActivation` module in `model` by `TanhGELU`
+    (they hold no parameters or buffers); returns how many were replaced."""
+    from transformers.activations import FastGELUActivation, NewGELUActivation
+
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) in (NewGELUActivation, FastGELUActivation):
+                setattr(parent, name, TanhGELU())
+                replaced += 1
+    return replaced

@@ -104,6 +104,8 @@ def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dt
     prefer_flash = cfg.data.packing and info.device.type == "cuda" and amp_dtype is not None
     base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model), prefer_flash, load_kwargs)
     base = quantize.prepare(base, mem.quantize, mem.gradient_checkpointing)
+    if cfg.activations == "fused" and (fused := modeling.fuse_activations(base)):
+        log.info("activations: %d tanh-GELU modules run as torch's fused kernel", fused)
     raw_model = modeling.apply_finetune(base, cfg)
     if mem.quantize is None:
         raw_model = raw_model.to(info.device)  # a k-bit base is already on its GPU and cannot move

@@ -1,11 +1,13 @@
-"""`logits: labels` (the default): the output head and the loss only at labelled positions.
+"""The trainer's fast path by default: logits only at labelled positions (`logits: labels`), fused
+activations (`activations: fused`), freed CPU memory kept (`host`).
 
 The narrowed head must give the loss and the gradients of the full logits for every fine-tuning
 mode (full, LoRA, frozen layers) and batch layout (padded alpaca, packed rows), in-process on
 the tiny model loaded with from_pretrained; under real torchrun (2 processes, gloo, DDP) a run
 with it ends with the weights of a run with `logits: all`. A model whose head does not fit falls
-back to the full logits and says so. Also here: the CPU allocator setting (`host`), by page
-faults counted, not by time.
+back to the full logits and says so. The fused GELU gives the model's own logits and gradients
+and leaves the state dict alone. The CPU allocator setting is checked by page faults counted, not
+by time.
 """
 
 from __future__ import annotations
@@ -138,6 +140,38 @@ def test_ddp_run_with_labelled_logits_ends_with_the_full_logits_weights(assets: 
     assert weights["labels"].keys() == weights["all"].keys()
     for name, tensor in weights["all"].items():
         torch.testing.assert_close(weights["labels"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_fused_activations_compute_the_models_own_function(assets: Path) -> None:
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import NewGELUActivation
+
+    models = [AutoModelForCausalLM.from_pretrained(assets / "tiny-gpt2-nodrop", dtype=torch.float32) for _ in range(2)]
+    plain, fused = models
+    keys = list(fused.state_dict())
+    assert modeling.fuse_activations(fused) == fused.config.n_layer == 2  # one per MLP
+    assert not any(isinstance(m, NewGELUActivation) for m in fused.modules())
+    assert sum(isinstance(m, NewGELUActivation) for m in plain.modules()) == 2  # the control: gelu_new as loaded
+    assert list(fused.state_dict()) == keys  # nothing saved differently
+    ids = torch.arange(40).view(2, 20) * 11 % fused.config.vocab_size
+    outs = []
+    for model in models:
+        logits = model(input_ids=ids, use_cache=False).logits
+        logits.square().mean().backward()
+        outs.append((logits.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-6)
+    for name, grad in outs[0][1].items():
+        torch.testing.assert_close(outs[1][1][name], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()))
+
+
+def test_activations_model_keeps_the_models_modules(assets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.activations import NewGELUActivation
+
+    monkeypatch.chdir(assets)
+    for activations, expected in (("model", 2), ("fused", 0)):
+        cfg = TrainConfig.model_validate(base_config(activations=activations))
+        model, _ = trainsetup.load_model(cfg, CPU_ONE, None)
+        assert sum(isinstance(m, NewGELUActivation) for m in model.modules()) == expected
 
 
 _FAULTS = """

@@ -349,6 +349,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2, help="steps before the timed window (>= 1)")
     parser.add_argument("--trl-steps", type=int, default=3, help="TRL's steps (1 warm-up)")
+    parser.add_argument("--trl-repeat", type=int, default=1, help="rounds TRL runs in, the first ones (it is ~10x "
+                        "slower here, ~2.5 min a run: one round keeps the default table near 15 min)")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds; cells are medians (min–max)")
     parser.add_argument("--layouts", default="1x1,2x1", help="PROCESSESxTHREADS, comma-separated")
     parser.add_argument("--impls", default=",".join(FINAL), help=f"rows, comma-separated, from {','.join(IMPLS)}; "
@@ -389,14 +391,14 @@ def main() -> None:
     print(f"# Useful tokens/s, variable-length instruction data, {where}\n\n{header(a.repo)}.\nGPT-2 {n_layer}x{n_embd} "
           f"({a.model}) random init, {a.mode}, {'fp32' if a.device == 'cpu' else 'bf16'}, "
           f"{'torch_compile on the HF rows, ' if a.hf_compile else ''}batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
-          f"{a.trl_steps} (1)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
+          f"{a.trl_steps} (1), in {min(a.trl_repeat, a.repeat)} round(s)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
           f"tokens/example min {dist['min']}, median {dist['median']:.0f}, mean {dist['mean']:.1f}, p90 {dist['p90']}, "
           f"max {dist['max']}.\n", flush=True)
     cells: dict[tuple[str, str], list[dict]] = {(i, lay): [] for lay in layouts for i in impls}
     with tempfile.TemporaryDirectory(prefix="orch-bench-trainer-") as tmp:
         for rnd, order in enumerate(rotations(list(cells), a.repeat)):
             for impl, lay in order:
-                if impl not in impls:  # TRL failed earlier
+                if impl not in impls or (impl == "trl" and rnd >= a.trl_repeat):  # TRL failed earlier, or is done
                     continue
                 steps, warmup = (a.trl_steps, 1) if impl == "trl" else (a.steps, a.warmup)
                 try:

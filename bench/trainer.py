@@ -1,9 +1,15 @@
 """Useful tokens/s of fine-tuning on variable-length instruction data: remote_payload.train
-(packed, padded, length-grouped) vs a bare PyTorch loop vs Hugging Face `Trainer` (its default, its
+(its defaults; packed; padded) vs a bare PyTorch loop vs Hugging Face `Trainer` (its default, its
 length grouping, its padding-free flattening) vs TRL `SFTTrainer` (padding-free packing).
 
     python bench/trainer.py [--steps 8] [--warmup 2] [--trl-steps 3] [--repeat 5] [--layouts 1x1,2x1] [--repo PATH]
-    python bench/trainer.py --device cuda --model gpt2-124m --layouts 1x4 --impls ours-pack,hf-group,hf-flat,trl
+    python bench/trainer.py --impls all        # every row below, not only the goal's (FINAL)
+    python bench/trainer.py --device cuda --model gpt2-124m --layouts 1x4 --impls ours,ours-pack,hf-group,hf-flat,trl
+
+`ours` is the trainer with its defaults (length-grouped batches, logits only at labelled
+positions, freed CPU memory kept); `ours-pack` adds `data.packing`; `ours-pad` turns grouping off
+(a plain shuffle, padding per batch); `ours-all` is `ours` with `logits: all` (every position's
+logits, as the others compute them). The goal: `ours` >= 1.3x the best anchor row (ANCHORS).
 
 Anchors at their best documented settings: `hf` is `Trainer` at its defaults (random order, padding
 per batch); `hf-group` adds `train_sampling_strategy="group_by_length"` (transformers 5's name for
@@ -48,10 +54,13 @@ from alpaca_data import MAX_LEN, MODELS, TEXT_SEQ, build_assets, load_rows  # no
 
 BATCH, LR, SEED = 8, 2e-4, 42
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["c_attn"]}
-IMPLS = ("ours-pack", "ours-pad", "ours-group", "bare", "hf", "hf-group", "hf-flat", "trl")
-ANCHORS = ("hf", "hf-group", "hf-flat", "trl")  # the rows the goal (ours-pack >= 1.3x the best) is measured against
+IMPLS = ("ours", "ours-pack", "ours-pad", "ours-all", "bare", "hf", "hf-group", "hf-flat", "trl")
+ANCHORS = ("hf", "hf-group", "hf-flat", "trl")  # the rows the goal (ours >= 1.3x the best) is measured against
+FINAL = ("ours", "bare", "hf-group", "hf-flat", "trl")  # the default --impls: the goal's table, ~15 min at 3 rounds
 WORKERS = ("bare", *ANCHORS)
-OURS_DATA = {"ours-pack": {"packing": True}, "ours-pad": {}, "ours-group": {"group_by_length": True}}
+# the train: options of each of our rows, on top of the trainer's defaults
+OURS = {"ours": {}, "ours-pack": {"data": {"packing": True}}, "ours-pad": {"data": {"group_by_length": False}},
+        "ours-all": {"logits": "all"}}
 # Runs torchrun, then writes the max RSS (MiB) of all its descendants (agent and ranks).
 _WRAP = ("import json, resource, subprocess, sys; rc = subprocess.run(sys.argv[2:]).returncode; open(sys.argv[1], 'w')"
          ".write(json.dumps(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)); sys.exit(rc)")
@@ -256,7 +265,7 @@ def torchrun(layout: str, tail: list[str], cwd: Path, repo: Path, log: Path) -> 
 
 def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: int, warmup: int, work: Path, repo: Path,
              model: str = "bench-gpt2", device: str = "cpu", hf_compile: bool = False) -> dict:
-    """One run of `repo`'s remote_payload.train (`kind` in OURS_DATA); rates from metrics.jsonl rows
+    """One run of `repo`'s remote_payload.train (`kind` in OURS); rates from metrics.jsonl rows
     after warm-up. bf16 on a GPU (the trainer picks flash-attention varlen for packed rows when
     flash_attn is installed), fp32 on a CPU; `hf_compile` is the anchors' option and ignored here."""
     out = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-{layout}-", dir=work))
@@ -264,8 +273,8 @@ def run_ours(kind: str, assets: Path, data: str, mode: str, layout: str, steps: 
     precision = "bf16" if device == "cuda" else "fp32"
     cfg = {"model": model, "finetune": mode, "lora": LORA if mode == "lora" else None, "precision": precision,
            "data": {"train": "bench-gpt2.jsonl" if text else data, "format": "text" if text else "alpaca",
-                    "max_length": TEXT_SEQ if text else MAX_LEN, **OURS_DATA[kind]},
-           "batch_size": BATCH, "max_steps": steps, "lr": LR, "warmup_steps": 0, "seed": SEED, "max_grad_norm": 1.0,
+                    "max_length": TEXT_SEQ if text else MAX_LEN, **OURS[kind].get("data", {})},
+           **{k: v for k, v in OURS[kind].items() if k != "data"}, "batch_size": BATCH, "max_steps": steps, "lr": LR, "warmup_steps": 0, "seed": SEED, "max_grad_norm": 1.0,
            "log_every": warmup, "save_every": 10**6, "eval_every": 10**6}
     (out / "train.json").write_text(json.dumps(cfg))
     rss = torchrun(layout, ["-m", "remote_payload.train", "--config", str(out / "train.json"), "--out", str(out)],
@@ -295,7 +304,7 @@ def run_worker(kind: str, assets: Path, data: str, mode: str, layout: str, steps
 def run_impl(kind: str, *args, **options) -> dict:
     """`run_ours` or `run_worker` by kind, with the same arguments; adds `wall_s`."""
     t0 = time.perf_counter()
-    result = (run_ours if kind in OURS_DATA else run_worker)(kind, *args, **options)
+    result = (run_ours if kind in OURS else run_worker)(kind, *args, **options)
     return {**result, "wall_s": time.perf_counter() - t0}
 
 
@@ -340,9 +349,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2, help="steps before the timed window (>= 1)")
     parser.add_argument("--trl-steps", type=int, default=3, help="TRL's steps (1 warm-up)")
+    parser.add_argument("--trl-repeat", type=int, default=1, help="rounds TRL runs in, the first ones (it is ~10x "
+                        "slower here, ~2.5 min a run: one round keeps the default table near 15 min)")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds; cells are medians (min–max)")
     parser.add_argument("--layouts", default="1x1,2x1", help="PROCESSESxTHREADS, comma-separated")
-    parser.add_argument("--impls", default=",".join(IMPLS), help="a subset of %(default)s")
+    parser.add_argument("--impls", default=",".join(FINAL), help=f"rows, comma-separated, from {','.join(IMPLS)}; "
+                        "'all' for every one (default: %(default)s, the goal's table)")
     parser.add_argument("--mode", default="full", choices=["full", "lora"])
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose remote_payload 'ours' runs")
     parser.add_argument("--assets", type=Path, default=Path(tempfile.gettempdir()) / "orch-bench-trainer-assets")
@@ -361,6 +373,7 @@ def main() -> None:
     if a.build:
         return
     build_assets(a.assets, a.model)
+    a.impls = ",".join(IMPLS) if a.impls == "all" else a.impls
     unknown = set(a.impls.split(",")) - set(IMPLS)
     if unknown:
         sys.exit(f"unknown --impls {sorted(unknown)}; choose from {','.join(IMPLS)}")
@@ -378,14 +391,14 @@ def main() -> None:
     print(f"# Useful tokens/s, variable-length instruction data, {where}\n\n{header(a.repo)}.\nGPT-2 {n_layer}x{n_embd} "
           f"({a.model}) random init, {a.mode}, {'fp32' if a.device == 'cpu' else 'bf16'}, "
           f"{'torch_compile on the HF rows, ' if a.hf_compile else ''}batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
-          f"{a.trl_steps} (1)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
+          f"{a.trl_steps} (1), in {min(a.trl_repeat, a.repeat)} round(s)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
           f"tokens/example min {dist['min']}, median {dist['median']:.0f}, mean {dist['mean']:.1f}, p90 {dist['p90']}, "
           f"max {dist['max']}.\n", flush=True)
     cells: dict[tuple[str, str], list[dict]] = {(i, lay): [] for lay in layouts for i in impls}
     with tempfile.TemporaryDirectory(prefix="orch-bench-trainer-") as tmp:
         for rnd, order in enumerate(rotations(list(cells), a.repeat)):
             for impl, lay in order:
-                if impl not in impls:  # TRL failed earlier
+                if impl not in impls or (impl == "trl" and rnd >= a.trl_repeat):  # TRL failed earlier, or is done
                     continue
                 steps, warmup = (a.trl_steps, 1) if impl == "trl" else (a.steps, a.warmup)
                 try:
@@ -402,21 +415,21 @@ def main() -> None:
                 cells[impl, lay].append(res)
                 print(f"round {rnd + 1}/{a.repeat} {impl} {lay}: {res['tokens_per_s']:,.0f} tok/s, {res['wall_s']:.0f} s, "
                       f"load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
-    print("| implementation | layout | useful tok/s | ours-pack / this | label tok/s | padding % | peak RSS MB |\n|---|---|---|---|---|---|---|")
+    print("| implementation | layout | useful tok/s | ours / this | label tok/s | padding % | peak RSS MB |\n|---|---|---|---|---|---|---|")
     for lay in layouts:
-        pack = statistics.median(r["tokens_per_s"] for r in cells[("ours-pack", lay)]) if "ours-pack" in impls else None
+        ours = statistics.median(r["tokens_per_s"] for r in cells[("ours", lay)]) if "ours" in impls else None
         for impl in impls:
             rs = cells[impl, lay]
-            ratio = f"{pack / statistics.median(r['tokens_per_s'] for r in rs):.2f}" if pack else "n/a"
+            ratio = f"{ours / statistics.median(r['tokens_per_s'] for r in rs):.2f}" if ours else "n/a"
             print(f"| {impl} | {lay} | {spread([r['tokens_per_s'] for r in rs])} | {ratio} | {spread([r['labels_per_s'] for r in rs])}"
                   f" | {spread([100 * r['padding'] for r in rs], '{:.1f}')} | {spread([r['rss_mb'] for r in rs])} |")
     for lay in layouts:
         best = _best_anchor(cells, impls, lay)
-        if best and "ours-pack" in impls:
-            pack = statistics.median(r["tokens_per_s"] for r in cells[("ours-pack", lay)])
-            print(f"\n{lay}: ours-pack / the best anchor ({best[0]}) = {pack / best[1]:.2f} (goal: >= 1.3)")
+        if best and "ours" in impls:
+            ours = statistics.median(r["tokens_per_s"] for r in cells[("ours", lay)])
+            print(f"\n{lay}: ours (the trainer's defaults) / the best anchor ({best[0]}) = {ours / best[1]:.2f} (goal: >= 1.3)")
     print(f"\nLoad avg {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end. Ratios are of medians. Peak RSS: max over "
-          "all processes of a run (torchrun agent + ranks). ours-pad/-group pass no attention mask (right padding under "
+          "all processes of a run (torchrun agent + ranks). ours and ours-pad pass no attention mask (right padding under "
           "causal attention), bare, hf and hf-group the collator's mask; hf-flat and trl no mask (position_ids restart "
           "per example); the HF rows use HF's DDP default (find_unused_parameters=True).")
     notes += [f"ours-pack {lay}: {rs[0]['note']}" for (impl, lay), rs in cells.items() if impl == "ours-pack" and rs]

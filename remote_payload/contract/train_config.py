@@ -23,6 +23,8 @@ Schedule = Literal["cosine", "linear", "constant"]
 Strategy = Literal["ddp", "fsdp"]
 DataFormat = Literal["text", "alpaca"]
 Quantize = Literal["4bit", "8bit"]
+LogitPositions = Literal["labels", "all"]
+Activations = Literal["fused", "model"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -105,9 +107,19 @@ class DataSection(BaseModel):
         False,
         description=(
             "Without packing: put examples of similar length in the same step (shuffled in chunks, "
-            "sorted by length inside a chunk, batches shuffled), which cuts padding; deterministic under seed."
+            "sorted by length inside a chunk, batches shuffled), which cuts padding; deterministic under seed. "
+            "Left out: on unless packing is on (the faster default; false gives a plain shuffle)."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_unless_packed(cls, data: Any) -> Any:
+        """`group_by_length` left out: on unless `packing` is (grouping is the faster layout without
+        packing, and the two exclude each other)."""
+        if isinstance(data, dict) and data.get("group_by_length") is None:
+            data = {**data, "group_by_length": not data.get("packing", False)}
+        return data
 
     @model_validator(mode="after")
     def _packing_or_grouping(self) -> DataSection:
@@ -198,6 +210,23 @@ class TrainConfig(BaseModel):
     save_every: int = Field(100, gt=0, description="Write a checkpoint every this many steps (and at the end, and on SIGTERM).")
     keep_checkpoints: int = Field(2, gt=0, description="Keep this many newest complete checkpoints; older ones are deleted after a successful save.")
     strategy: Strategy = Field("ddp", description="ddp: data parallel. fsdp: torch FSDP2, params/grads/optimizer state sharded; not with fp16.")
+    logits: LogitPositions = Field(
+        "labels",
+        description=(
+            "labels: the output head and the loss run only at the positions that carry a label (the same loss and "
+            "gradients as all, with less compute and memory where prompts are masked, batches padded or the "
+            "vocabulary large); the trainer checks at start that the model's head fits this and otherwise falls back "
+            "to all, saying so in the log. all: logits at every position, the model's own forward."
+        ),
+    )
+    activations: Activations = Field(
+        "fused",
+        description=(
+            "fused: transformers' Python GELU modules of the tanh form (gelu_new, gelu_fast: GPT-2, GPT-J, Phi, ...) run "
+            "as torch's single fused kernel of the same function (rounding differs, ~1e-7 relative); nothing else "
+            "changes and nothing is saved differently. model: the model's own modules."
+        ),
+    )
     memory: MemorySection = Field(default_factory=MemorySection, description="Gradient checkpointing and QLoRA base weights.")
     export: ExportSection = Field(default_factory=ExportSection, description="Extra outputs: merged LoRA model, pruning.")
 

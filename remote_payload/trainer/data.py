@@ -5,6 +5,9 @@ Contracts:
   (missing, bad JSON, missing field) raises `TrainSetupError` naming the file and line.
 - `Batch.targets` is already shifted: position i holds the label of token i + 1 (-100 where there
   is none, where the prompt is, and on padding), so the loss is one cross-entropy over the logits.
+  `Batch.label_index` lists, in order, the flat positions (row-major over `targets`) whose target
+  is not -100: the only positions whose logits the loss needs (computed on the host, so selecting
+  them on a GPU needs no sync).
 - `train_batches(..., epoch, start)` yields the same batches for the same (seed, epoch, rank,
   world size, group_by_length), skipping the first `start` micro-batches: that is how a resumed
   run continues mid-epoch without consuming anything else. Its units are examples, or packed
@@ -62,12 +65,17 @@ class Batch:
     n_label_tokens: int  # targets that count in the loss ("useful" tokens)
     position_ids: torch.Tensor | None = None  # packed rows only: restart at 0 for every example
     segment_ids: torch.Tensor | None = None  # packed rows only: which example of the row a token is in
+    label_index: torch.Tensor | None = None  # flat positions of the targets that count (see the module contract)
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
         move = lambda t: None if t is None else t.to(device, non_blocking=nb)  # noqa: E731
         return Batch(move(self.input_ids), move(self.attention_mask), move(self.targets), self.n_tokens,
-                     self.n_label_tokens, move(self.position_ids), move(self.segment_ids))
+                     self.n_label_tokens, move(self.position_ids), move(self.segment_ids), move(self.label_index))
+
+
+def _labelled(targets: torch.Tensor) -> torch.Tensor:
+    return (targets.view(-1) != IGNORE).nonzero().view(-1)
 
 
 def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[dict[str, str]]:
@@ -141,7 +149,7 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
         targets[row, : n - 1] = torch.tensor(shifted, dtype=torch.long)
         n_tokens += n
         n_labels += sum(1 for t in shifted if t != IGNORE)
-    return Batch(ids, mask, targets, n_tokens, n_labels)
+    return Batch(ids, mask, targets, n_tokens, n_labels, label_index=_labelled(targets))
 
 
 def pack(examples: Sequence[Example], max_length: int, seed: int) -> list[PackedRow]:
@@ -199,7 +207,7 @@ def collate_packed(rows: list[PackedRow], pad_id: int) -> Batch:
         positions[r, at:] = torch.arange(width - at)
         segments[r, at:] = len(row.examples)
         n_tokens += at
-    return Batch(ids, mask, targets, n_tokens, n_labels, positions, segments)
+    return Batch(ids, mask, targets, n_tokens, n_labels, positions, segments, _labelled(targets))
 
 
 def batches_per_epoch(n_units: int, world_size: int, batch_size: int) -> int:

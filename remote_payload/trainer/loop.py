@@ -84,31 +84,37 @@ def optimizer_step(
 
 
 def loss_sum(model: torch.nn.Module, batch: data.Batch, autocast: contextlib.AbstractContextManager,
-             packing: str | None = None) -> torch.Tensor:
+             packing: str | None = None, head: torch.nn.Module | None = None) -> torch.Tensor:
     """Summed (not averaged) next-token cross-entropy over the batch's label tokens, in fp32.
 
     Unpacked batches pass no attention mask: they are right-padded and attention is causal, so
     padding never influences a real token (and pads are never targets), and SDPA takes its
     `is_causal` (flash) path. Packed rows get per-example attention (`packing`: model.packing_mode).
+    With `head` (setup.output_head) the logits are computed at the labelled positions only
+    (`modeling.labelled_logits`): the same sum, without the head's work on the other positions.
     """
     inputs, targets = modeling.forward_inputs(batch, packing)
-    with autocast:
+    index = batch.label_index if head is not None else None
+    with autocast, modeling.labelled_logits(head, index):
         logits = model(**inputs, use_cache=False).logits  # no KV cache in training
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+    targets = targets.flatten() if index is None else targets.flatten().index_select(0, index)
+    return F.cross_entropy(logits.flatten(0, -2).float(), targets, ignore_index=IGNORE, reduction="sum")
 
 
 @torch.no_grad()
 def evaluate(raw_model: torch.nn.Module, examples: list[data.Example], cfg: TrainConfig, info: distributed.DistInfo,
-             autocast: contextlib.AbstractContextManager, pad_id: int, sharded: bool = False) -> float:
+             autocast: contextlib.AbstractContextManager, pad_id: int, sharded: bool = False,
+             head: torch.nn.Module | None = None) -> float:
     """Token-weighted eval loss over the whole eval set (each example on exactly one rank).
-    `sharded` (FSDP): every rank runs the same number of forwards (see `fsdp.eval_lockstep`)."""
+    `sharded` (FSDP): every rank runs the same number of forwards (see `fsdp.eval_lockstep`).
+    `head`: logits at labelled positions only (see `loss_sum`)."""
     raw_model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=info.device)
     batches = list(data.eval_batches(examples, rank=info.rank, world_size=info.world_size, batch_size=cfg.batch_size, pad_id=pad_id))
     steps = fsdp.eval_lockstep(batches, data.collate(examples[:1], pad_id), len(examples), info.world_size,
                                cfg.batch_size) if sharded else ((b, True) for b in batches)
     for batch, counts in steps:
-        loss = loss_sum(raw_model, batch.to(info.device), autocast).double()
+        loss = loss_sum(raw_model, batch.to(info.device), autocast, head=head).double()
         if counts:
             total[0] += loss
             total[1] += batch.n_label_tokens
@@ -159,7 +165,7 @@ def train_step(run: Run, micro: list[data.Batch], interval: Interval,
     weight = 1.0 / (cfg.batch_size * cfg.data.max_length * cfg.grad_accum)  # keeps fp16 gradients in range
     for i, batch in enumerate(micro):
         with run.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():
-            loss = loss_sum(run.model, batch, run.autocast(), run.packing)
+            loss = loss_sum(run.model, batch, run.autocast(), run.packing, run.head)
             run.scaler.scale(loss * weight).backward()
         interval.loss += loss.detach()
     counting.wait()
@@ -228,7 +234,7 @@ class Book:
     def evaluate(self) -> None:
         run = self.run
         eval_loss = evaluate(run.raw_model, run.eval_set, run.cfg, run.info, run.autocast(), run.tokenizer.pad_token_id,
-                             run.sharded)
+                             run.sharded, run.head)
         self.evaluated_step, ppl = run.progress.step, math.exp(min(eval_loss, 50.0))
         self.log.write({"step": run.progress.step, "eval_loss": eval_loss, "eval_ppl": ppl})
         log.info("step %d | eval loss %.4f | perplexity %.2f", run.progress.step, eval_loss, ppl)

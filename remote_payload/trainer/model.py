@@ -10,10 +10,18 @@ Contracts:
 - `forward_inputs` gives the forward's keyword arguments and the matching targets for a batch;
   for packed rows (data.py) attention never crosses an example: flash-attention varlen through
   restarting `position_ids` on a flattened row, else an explicit block-diagonal causal mask.
+- `labelled_logits` (with the head `label_head` found and checked) makes the model's forward compute
+  logits only at a batch's labelled positions: the output head gets the final hidden states of
+  those positions alone, so its matmul and the loss skip prompts, padding and last tokens. The loss
+  and gradients are those of the full logits (the head is applied per position); the forward goes
+  through every wrapper (DDP, FSDP, peft) as usual, only the head's input is narrowed.
+- `fuse_activations` swaps parameter-free activation modules for torch's fused kernel of the same
+  function; state dicts, checkpoints and exports are unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -218,3 +226,78 @@ def forward_inputs(batch: Batch, mode: str | None) -> tuple[dict[str, torch.Tens
             allowed = torch.zeros(allowed.shape, dtype=dtype, device=seg.device).masked_fill_(~allowed, torch.finfo(dtype).min)
         inputs["attention_mask"] = allowed
     return inputs, batch.targets
+
+
+@contextlib.contextmanager
+def labelled_logits(head: torch.nn.Module | None, index: torch.Tensor | None):
+    """While open, `head` (see `label_head`) sees only the hidden states at the flat positions
+    `index` (`Batch.label_index`): the model's `logits` come out as (len(index), vocab), in the
+    order of `index`. With `head` or `index` None the forward is untouched."""
+    if head is None or index is None:
+        yield
+        return
+
+    def narrow(module: torch.nn.Module, args: tuple) -> tuple:
+        return (args[0].flatten(0, -2).index_select(0, index), *args[1:])
+
+    handle = head.register_forward_pre_hook(narrow)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def label_head(model: torch.nn.Module, device: torch.device,
+               autocast: contextlib.AbstractContextManager) -> tuple[torch.nn.Module | None, str]:
+    """(the module that turns the final hidden states into logits, "") when `labelled_logits` gives
+    this model's own logits at the chosen positions, else (None, why not). Checked once on the
+    unwrapped model, before any wrap: a no-grad forward in eval mode (no dropout, no random numbers
+    drawn) of two short rows, full logits against the narrowed ones at three positions."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Module):
+        return None, "the model names no output embeddings (get_output_embeddings)"
+    vocab = getattr(model.config, "vocab_size", None) or 2
+    ids = (torch.arange(8, device=device).view(2, 4) * 7 + 3) % vocab
+    index = torch.tensor([1, 3, 6], device=device)  # positions in both rows, in the flattened order
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast:
+            full = model(input_ids=ids, use_cache=False).logits
+            with labelled_logits(head, index):
+                narrowed = model(input_ids=ids, use_cache=False).logits
+    except Exception as exc:  # any failure of the narrowed forward means: not this model
+        return None, f"a forward with the narrowed head failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    finally:
+        model.train(was_training)
+    expected = full.flatten(0, -2).index_select(0, index).float()
+    if tuple(narrowed.shape) != tuple(expected.shape):
+        return None, f"its logits came out {tuple(narrowed.shape)}, not {tuple(expected.shape)}"
+    tol = 1e-4 if full.dtype == torch.float32 else 2e-2
+    if not torch.allclose(narrowed.float(), expected, rtol=tol, atol=tol * float(expected.abs().max().clamp(min=1.0))):
+        return None, "its logits at the chosen positions differ from the full forward's"
+    return head, ""
+
+
+class TanhGELU(torch.nn.Module):
+    """GELU's tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as torch's one fused
+    kernel: the function transformers' `NewGELUActivation` (gelu_new) and `FastGELUActivation`
+    (gelu_fast) compute in Python as some eight elementwise kernels forward and more backward, each
+    a pass over the MLP's widest activation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def fuse_activations(model: torch.nn.Module) -> int:
+    """Replace every `NewGELUActivation` / `FastGELUActivation` module in `model` by `TanhGELU`
+    (they hold no parameters or buffers); returns how many were replaced."""
+    from transformers.activations import FastGELUActivation, NewGELUActivation
+
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) in (NewGELUActivation, FastGELUActivation):
+                setattr(parent, name, TanhGELU())
+                replaced += 1
+    return replaced

@@ -1,6 +1,6 @@
 """Setup of a training run: everything the loop in loop.py needs, built in a fixed order.
 
-    run = setup(cfg, out, info)   # seed → precision → model → data → resume point → wrap → optimizer
+    run = setup(cfg, out, info)   # seed → precision → model → head → data → resume point → wrap → optimizer
 
 Contracts:
 - Every rank builds the same `Run` from the same config; nothing here trains. A configuration,
@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from remote_payload.contract import precision as rules
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
-from remote_payload.trainer import checkpoint, data, distributed, fanout, fsdp, precision, quantize
+from remote_payload.trainer import checkpoint, data, distributed, fanout, fsdp, host, precision, quantize
 from remote_payload.trainer import model as modeling
 
 log = logging.getLogger("remote_payload.train")
@@ -53,6 +53,7 @@ class Run:
     autocast: Callable[[], contextlib.AbstractContextManager]
     amp_dtype: torch.dtype | None
     packing: str | None  # model.packing_mode, None without packing
+    head: torch.nn.Module | None  # the output head narrowed to labelled positions (logits: labels), None: full logits
     units: list  # what a batch is made of: examples, or packed rows
     eval_set: list[data.Example] | None
     steps_per_epoch: int
@@ -103,6 +104,8 @@ def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dt
     prefer_flash = cfg.data.packing and info.device.type == "cuda" and amp_dtype is not None
     base, tokenizer = modeling.load_model_and_tokenizer(modeling.resolve_model_path(cfg.model), prefer_flash, load_kwargs)
     base = quantize.prepare(base, mem.quantize, mem.gradient_checkpointing)
+    if cfg.activations == "fused" and (fused := modeling.fuse_activations(base)):
+        log.info("activations: %d tanh-GELU modules run as torch's fused kernel", fused)
     raw_model = modeling.apply_finetune(base, cfg)
     if mem.quantize is None:
         raw_model = raw_model.to(info.device)  # a k-bit base is already on its GPU and cannot move
@@ -126,6 +129,18 @@ def load_data(cfg: TrainConfig, info: distributed.DistInfo, tokenizer: object,
         raise TrainSetupError(f"{d.train}: {len(units)} {'packed rows' if d.packing else 'examples'} are fewer than one step "
                               f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
     return units, eval_set, packing, steps_per_epoch
+
+
+def output_head(cfg: TrainConfig, raw_model: torch.nn.Module, info: distributed.DistInfo,
+                autocast: Callable[[], contextlib.AbstractContextManager]) -> torch.nn.Module | None:
+    """`logits: labels`: the model's output head when narrowing it to labelled positions gives the
+    model's own logits (`modeling.label_head`), else None (full logits), said once in the log."""
+    if cfg.logits == "all":
+        return None
+    head, why_not = modeling.label_head(raw_model, info.device, autocast())
+    if head is None:
+        log.warning("logits: labels does not fit this model (%s); computing logits at every position", why_not)
+    return head
 
 
 def agreed_checkpoint(out: Path, info: distributed.DistInfo) -> Path | None:
@@ -177,14 +192,18 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     seed_everything(cfg.seed)
     run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: contract/precision.py
     amp_dtype = precision.autocast_dtype(run_precision)
-    log.info("device %s, world size %d, precision %s (%s), %s", info.device, info.world_size, cfg.precision,
-             amp_dtype or torch.float32, modeling.hub_env_summary())
+    kept = info.device.type == "cpu" and host.keep_freed_memory()  # page faults every step otherwise
+    log.info("device %s, world size %d, precision %s (%s), %s%s", info.device, info.world_size, cfg.precision,
+             amp_dtype or torch.float32, modeling.hub_env_summary(), ", freed memory kept for reuse" * kept)
     raw_model, tokenizer = load_model(cfg, info, amp_dtype)
     n_trainable, n_total = modeling.count_parameters(raw_model)
     base = cfg.memory.quantize or (str(amp_dtype).removeprefix("torch.") if frozen_base_dtype(cfg, amp_dtype) else None)
     memory = [f"frozen base in {base}"] * bool(base) + ["gradient checkpointing"] * cfg.memory.gradient_checkpointing
     log.info("finetune %s: %s of %s parameters trainable (%.2f%%)%s", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
              100 * n_trainable / n_total, "".join(f", {m}" for m in memory))
+    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
+                else contextlib.nullcontext)
+    head = output_head(cfg, raw_model, info, autocast)
     units, eval_set, packing, steps_per_epoch = load_data(cfg, info, tokenizer, raw_model)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     ckpt = agreed_checkpoint(out, info)
@@ -192,8 +211,6 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
         checkpoint.load_weights(raw_model, ckpt, cfg.finetune)
 
     model, sharded, no_sync = wrap(cfg, info, raw_model, amp_dtype)
-    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
-                else contextlib.nullcontext)
     if ckpt is not None and isinstance(model, DistributedDataParallel):
         settle_buckets(model, info.device, autocast)
     params = [p for p in raw_model.parameters() if p.requires_grad]
@@ -208,6 +225,6 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
         log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
     return Run(cfg=cfg, out=out, info=info, model=model, raw_model=raw_model, tokenizer=tokenizer, params=params,
                optimizer=optimizer, scheduler=scheduler, scaler=scaler, autocast=autocast, amp_dtype=amp_dtype,
-               packing=packing, units=units, eval_set=eval_set, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+               packing=packing, head=head, units=units, eval_set=eval_set, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                sharded=sharded, no_sync=no_sync, progress=progress, resumed=ckpt is not None, n_trainable=n_trainable,
                n_total=n_total)

@@ -25,6 +25,15 @@ def test_defaults_match_the_design_example() -> None:
     assert cfg.lora is not None and (cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout) == (8, 16, 0.05)
     assert (cfg.data.format, cfg.data.max_length, cfg.data.sample, cfg.data.eval) == ("alpaca", 256, None, None)
     assert not cfg.export.merge_lora and cfg.export.prune is None
+    assert (cfg.data.packing, cfg.data.group_by_length, cfg.logits) == (False, True, "labels")  # the fast path by default
+
+
+@pytest.mark.parametrize(("given", "packing", "grouped"), [({"packing": True}, True, False), ({"group_by_length": False}, False, False),
+                                                          ({"packing": False, "group_by_length": None}, False, True)])
+def test_length_grouping_is_on_unless_packing_is_or_it_is_turned_off(given: dict, packing: bool, grouped: bool) -> None:
+    cfg = validate(data={"train": "t.jsonl", **given})
+    assert (cfg.data.packing, cfg.data.group_by_length) == (packing, grouped)
+    assert TrainConfig.model_validate_json(cfg.model_dump_json()) == cfg  # train.json keeps the resolved value
 
 
 @pytest.mark.parametrize("sample", [100, 0.25, 1.0])

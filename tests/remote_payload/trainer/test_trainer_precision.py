@@ -78,7 +78,8 @@ def test_mixed_precision_trains_on_cpu_with_gloo(assets: Path, tmp_path: Path, p
 def test_gradient_accumulation_and_ranks_match_one_large_batch(assets: Path, tmp_path: Path) -> None:
     """The loss is normalised by label tokens over all micro-steps and ranks: GA 4 x batch 2 and
     2 ranks x GA 2 x batch 2 see the same 8 examples as batch 8 and give the same loss and gradient."""
-    common = dict(model="tiny-gpt2-nodrop", finetune="full", lora=None, max_steps=1, log_every=1, warmup_steps=0)
+    common = dict(model="tiny-gpt2-nodrop", finetune="full", lora=None, max_steps=1, log_every=1, warmup_steps=0,
+                  data={"train": "data/train.jsonl", "max_length": 64, "group_by_length": False})  # the same 8 first examples
     shapes = {"b8": (1, 8, 1), "b2xga4": (1, 2, 4), "2rx b2xga2": (2, 2, 2)}
     first = {}
     for name, (nproc, batch, ga) in shapes.items():

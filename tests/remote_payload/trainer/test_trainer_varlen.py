@@ -12,6 +12,7 @@ block-diagonal masked path's (sdpa) on GPT-2 (learned positions) and a Llama-sty
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -110,3 +111,31 @@ def test_varlen_losses_equal_the_masked_path(assets: Path, packed: data.Batch, a
     joined = data.Batch(packed.input_ids, packed.attention_mask, packed.targets, packed.n_tokens, packed.n_label_tokens,
                         torch.arange(width).repeat(rows, 1), packed.segment_ids)
     assert (_losses(model, joined, "varlen") - masked)[label].abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_varlen_with_logits_at_labels_only_gives_the_masked_paths_loss_and_gradients(assets: Path, packed: data.Batch,
+                                                                                      arch: str) -> None:
+    """The default `logits: labels` on the flattened varlen row (1, rows x width): the batch's
+    label positions index that row as they index the (rows, width) targets."""
+    from remote_payload.trainer.loop import loss_sum
+
+    if arch == "gpt2":
+        model = AutoModelForCausalLM.from_pretrained(assets / "tiny-gpt2-nodrop", dtype=torch.float32)
+    else:
+        model = _llama(int(packed.input_ids.max()) + 1)
+    head, why_not = modeling.label_head(model, torch.device("cpu"), contextlib.nullcontext())
+    assert head is not None, why_not
+
+    def loss_and_grads(mode: str, head: torch.nn.Module | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.set_attn_implementation("sdpa" if mode == "bool_mask" else REFERENCE)
+        model.zero_grad(set_to_none=True)
+        loss = loss_sum(model, packed, contextlib.nullcontext(), mode, head)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    masked_loss, masked_grads = loss_and_grads("bool_mask", None)
+    loss, grads = loss_and_grads("varlen", head)
+    torch.testing.assert_close(loss, masked_loss, rtol=1e-5, atol=1e-4)
+    for name, grad in masked_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-4 * float(grad.abs().max()), msg=name)

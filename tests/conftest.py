@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -24,6 +25,11 @@ from tests.support.sshd import SSHServer, start_sshd
 # Every `python -m orchestrator` a test starts runs this checkout's code, whatever an editable
 # install elsewhere points at (a second worktree of the repository, say).
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+
+# A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and so would
+# every `orch` it starts: the Ctrl-C tests then test nothing. A handler (not SIG_IGN) here makes
+# each child start with SIGINT at its default, as a terminal gives it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -28,6 +28,7 @@ SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
 MAX_SPARES = 2  # each is a session: OpenSSH allows 10 per connection by default
 SPARE_BUFFER = 1 << 20  # output a spare keeps before it stops reading (the SSH window holds the rest)
 TICK_S = 0.2  # how soon the accept loop notices a reason to stop
+PROBE_S = min(CONNECT_TIMEOUT_S, 5.0)  # a keepalive round trip slower than this: the spare is not handed out
 SSH_ERRORS = (OSError, EOFError, paramiko.SSHException)
 log = logging.getLogger("orch.holder")
 
@@ -142,6 +143,26 @@ class Commands:
         self.starting: set[tuple[str, ...]] = set()
         self.reason: str | None = None
 
+    def answers(self) -> bool:
+        """Whether the server answers a keepalive within ``PROBE_S``: a spare started on a
+        connection that has since frozen (a stalled link, a suspended laptop's NAT entry gone)
+        must not be handed out, or its first request waits for the stall detector. One round
+        trip: far less than the helper start a spare saves; a fresh channel's open is one too."""
+        transport = self.ssh.client.get_transport()
+        if transport is None or not transport.is_active():
+            return False
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                if transport.global_request("keepalive@openssh.com", wait=True) is not None or transport.is_active():
+                    done.set()  # any reply (OpenSSH refuses the request: an answer all the same)
+            except SSH_ERRORS:
+                pass
+
+        threading.Thread(target=ask, daemon=True).start()
+        return done.wait(PROBE_S)
+
     def connected(self) -> bool:
         transport = self.ssh.client.get_transport()
         return transport is not None and transport.is_active()
@@ -169,6 +190,11 @@ class Commands:
 
         t0 = time.monotonic()
         ch = self.take_spare(argv) if warm else None
+        if ch is not None and not self.answers():
+            log.info("the connection did not answer a keepalive in %g s: the spare is not handed out", PROBE_S)
+            ch.close()
+            send(frame(b"X", f"the held connection did not answer within {PROBE_S:g} s".encode()))
+            return
         took = {"spare": ch is not None, "waited_ms": round((time.monotonic() - t0) * 1000, 1)}
         if ch is not None:
             took["age_ms"] = round((time.monotonic() - ch.born) * 1000, 1)

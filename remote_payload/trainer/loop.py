@@ -254,7 +254,8 @@ def finish(run: Run, book: Book, stopped: distributed.StopSignal | None) -> int:
     if stopped is not None:
         if step > book.saved_step and step > 0:
             book.save()
-        log.warning("stopped by signal at step %d; resume continues from the latest checkpoint", step)
+        log.warning("stopped by signal at step %d; resume continues from the latest checkpoint (exit code %d)", step,
+                    stopped.exit_code)
         book.log.close()
         return stopped.exit_code
     if step != book.saved_step:

@@ -138,8 +138,8 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_exits(assets: Path, t
     (ckpt,) = (tmp_path / "checkpoints").glob("step-*")
     step = int(ckpt.name.removeprefix("step-"))
     assert (ckpt / "COMPLETE").exists() and step >= 3
-    assert f"stopped by signal at step {step}" in log
-    assert "exitcode  : 143" in log or "exitcode: 143" in log or "143" in log
+    # the worker's own exit code: torchrun's agent, signalled too, may stop before it reports one
+    assert f"stopped by signal at step {step}; resume continues from the latest checkpoint (exit code 143)" in log
 
     resumed = run(tmp_path, base_config(max_steps=step + 2, save_every=100000, log_every=1), assets, nproc=2)
     assert resumed.returncode == 0, resumed.stdout

@@ -65,7 +65,7 @@ def up_cmd(app: App, name: str, trust: bool) -> None:
     host = provider_host(app, name)
     live = bring_up(host, app.say, login(app, trust))
     remember_price(app, host)
-    renew_user_config(app, app.inventory.get(name), live.address, live.port, live.user)
+    renew_user_config(app, app.inventory.get(name), live)
     app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}")
 
 

@@ -37,7 +37,9 @@ def ready_for_system_ssh(app: App, host: Host) -> Host:
     """A provider host made ready for the system ssh and VSCode: its endpoint now (exit 3
     naming `orch up` when it is off), orch's own key in the box's authorized_keys when the
     provider gives a password (AutoDL; added once, kept across power cycles with the disk),
-    and the endpoint kept in the entry (``Host.seen``, no password) for the ssh-config block."""
+    and the endpoint kept in the entry (``Host.seen``, no password) for the ssh-config block.
+    Returns the host at that endpoint (``Host.live``): what the command connects to next,
+    without asking the provider again."""
     assert host.provider is not None
     if not host.host_key:
         raise UsageError(f"{host.name}: no pinned host key yet: `orch up {host.name} --trust` first")
@@ -48,23 +50,27 @@ def ready_for_system_ssh(app: App, host: Host) -> Host:
             if keys.install_key(transport, live, public) == "added":
                 app.say(f"{host.name}: orch's key added to {live.user}'s authorized_keys on the box: the system ssh "
                         "and VSCode log in with it")
+    _remember_seen(app, host, live)
+    return live
+
+
+def renew_user_config(app: App, host: Host, live: Host) -> None:
+    """After a power-on: a provider host's new endpoint (``live``) in the entry and, when the
+    user wrote orch's block into ~/.ssh/config before, in that block too. Nothing for a host
+    never opened with the system ssh."""
+    if host.seen is not None and _remember_seen(app, host, live):
+        path = user_ssh_config()
+        if path.is_file() and BEGIN in path.read_text(encoding="utf-8", errors="replace"):
+            write_user_config(app)
+
+
+def _remember_seen(app: App, host: Host, live: Host) -> bool:
+    """Keep ``live``'s address, port and user as the entry's ``seen``; whether they changed."""
     seen = SeenEndpoint(address=live.address, port=live.port, user=live.user)
-    if host.seen != seen:
-        host = host.model_copy(update={"seen": seen})
-        app.inventory.save(host)
-    return host
-
-
-def renew_user_config(app: App, host: Host, address: str, port: int, user: str) -> None:
-    """After a power-on: a provider host's new endpoint in the entry and, when the user wrote
-    orch's block into ~/.ssh/config before and the host has a stanza there, in that block too."""
-    seen = SeenEndpoint(address=address, port=port, user=user)
-    if host.seen is None or host.seen == seen:
-        return  # never opened with the system ssh: nothing to renew
+    if host.seen == seen:
+        return False
     app.inventory.save(host.model_copy(update={"seen": seen}))
-    path = user_ssh_config()
-    if path.is_file() and BEGIN in path.read_text(encoding="utf-8", errors="replace"):
-        write_user_config(app)
+    return True
 
 
 def write_user_config(app: App) -> None:

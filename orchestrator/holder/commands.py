@@ -21,7 +21,7 @@ import paramiko
 from orchestrator.errors import OrchError
 from orchestrator.holder.wire import Reader, frame
 from orchestrator.transport import shell
-from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, SSHTransport
+from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, SSHTransport, keepalive
 
 IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default
 SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
@@ -151,17 +151,7 @@ class Commands:
         transport = self.ssh.client.get_transport()
         if transport is None or not transport.is_active():
             return False
-        done = threading.Event()
-
-        def ask() -> None:
-            try:
-                if transport.global_request("keepalive@openssh.com", wait=True) is not None or transport.is_active():
-                    done.set()  # any reply (OpenSSH refuses the request: an answer all the same)
-            except SSH_ERRORS:
-                pass
-
-        threading.Thread(target=ask, daemon=True).start()
-        return done.wait(PROBE_S)
+        return keepalive(transport, PROBE_S) and transport.is_active()
 
     def connected(self) -> bool:
         transport = self.ssh.client.get_transport()

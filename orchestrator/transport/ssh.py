@@ -119,6 +119,24 @@ class SSHProcess(Process):
         return b"".join(self._err)
 
 
+def keepalive(transport: paramiko.Transport, timeout: float) -> bool:
+    """One ``keepalive@openssh.com`` round trip (on a thread: paramiko's wait has no timeout).
+    True when it ended within ``timeout``: answered, refused (OpenSSH's answer), or failed
+    because the transport ended (a dead link is no stall); False when nothing came back in
+    time: the link is stalled."""
+    done = threading.Event()
+
+    def ping() -> None:
+        try:
+            transport.global_request("keepalive@openssh.com", wait=True)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        done.set()
+
+    threading.Thread(target=ping, daemon=True).start()
+    return done.wait(timeout)
+
+
 class SSHTransport(Transport):
     """A connected SSH session to one inventory host."""
 
@@ -212,17 +230,7 @@ class SSHTransport(Transport):
         periods the link is stalled: close it, so every blocked read or request fails as a
         lost connection instead of hanging (paramiko's own keepalive never waits for one)."""
         while not self._closed.wait(KEEPALIVE_S) and transport.is_active():
-            done = threading.Event()
-
-            def ping() -> None:
-                try:
-                    transport.global_request("keepalive@openssh.com", wait=True)
-                except (OSError, EOFError, paramiko.SSHException):
-                    pass
-                done.set()
-
-            threading.Thread(target=ping, daemon=True).start()
-            if not done.wait(2 * KEEPALIVE_S) and not self._closed.is_set():
+            if not keepalive(transport, 2 * KEEPALIVE_S) and not self._closed.is_set():
                 self.stalled = True
                 transport.close()
                 return

@@ -36,6 +36,11 @@ class LocalFileError(UsageError):
     fix is on the laptop, like any other invalid input."""
 
 
+class LocalBusy(LocalFileError):
+    """``ORCH_HOME/registry.db`` stayed locked by another orch process past the wait
+    (``state/db.py``): the message names the file and how to find and free the holder."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what the interrupted step kept (``str(err)``, one line, may be empty).
     A ``KeyboardInterrupt``, so no ``except Exception`` swallows it; exit 130."""

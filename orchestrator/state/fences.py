@@ -21,6 +21,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.state import db as db_file
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fences (
     job_id TEXT NOT NULL,
@@ -51,11 +53,6 @@ class Fence:
     outcome: str = ""
 
 
-def _connect(db: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(db, timeout=30)
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
-
 
 def add(conn: sqlite3.Connection, job_id: str, hosts: list[tuple[str, str]], moved_to: list[str]) -> None:
     """In the caller's transaction: fence ``job_id``'s attempts on ``hosts`` ((host, job folder)
@@ -84,7 +81,7 @@ def pending(db: Path, *, host: str | None = None, job_ids: list[str] | None = No
         where.append(f"job_id IN ({','.join('?' * len(job_ids))})")
         args.extend(job_ids)
     try:
-        with closing(_connect(db)) as conn:
+        with closing(db_file.connect(db)) as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM fences WHERE {' AND '.join(where)} ORDER BY moved_at",
                                 args).fetchall()
     except sqlite3.DatabaseError:  # no table yet (nothing ever moved), or a damaged file: nothing known
@@ -95,7 +92,7 @@ def pending(db: Path, *, host: str | None = None, job_ids: list[str] | None = No
 def settle(db: Path, fence: Fence, outcome: str) -> bool:
     """Record that ``fence`` was acted on. True when this call settled it (False: another
     orch did first, or a later move replaced it)."""
-    with closing(_connect(db)) as conn, conn:
+    with db_file.writing(db) as conn:
         cur = conn.execute("UPDATE fences SET settled=?, outcome=? WHERE job_id=? AND host=? AND moved_at=? "
                            "AND settled IS NULL", (time.time(), outcome[:500], fence.job_id, fence.host,
                                                    fence.moved_at))
@@ -107,7 +104,7 @@ def of_job(db: Path, job_id: str) -> list[Fence]:
     if not db.is_file():
         return []
     try:
-        with closing(_connect(db)) as conn:
+        with closing(db_file.connect(db)) as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM fences WHERE job_id=? ORDER BY moved_at", (job_id,)).fetchall()
     except sqlite3.DatabaseError:
         return []

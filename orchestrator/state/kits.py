@@ -14,6 +14,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from orchestrator.state import db as db_file
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kits (
     job_id TEXT PRIMARY KEY,
@@ -23,15 +25,10 @@ CREATE TABLE IF NOT EXISTS kits (
 """
 
 
-def _connect(db: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(db, timeout=30)
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
-
 
 def record(db: Path, job_id: str, run_dir: Path) -> None:
     """``job_id``'s kit now lives under ``run_dir`` (kept absolute)."""
-    with closing(_connect(db)) as conn, conn:
+    with db_file.writing(db) as conn:
         conn.execute(SCHEMA)
         conn.execute("INSERT OR REPLACE INTO kits (job_id, run_dir, updated) VALUES (?,?,?)",
                      (job_id, str(run_dir.resolve()), time.time()))
@@ -42,7 +39,7 @@ def recorded(db: Path, job_id: str) -> Path | None:
     if not db.is_file():
         return None
     try:
-        with closing(_connect(db)) as conn:
+        with closing(db_file.connect(db)) as conn:
             row = conn.execute("SELECT run_dir FROM kits WHERE job_id=?", (job_id,)).fetchone()
     except sqlite3.DatabaseError:
         return None

@@ -25,6 +25,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.state import db as db_file
+
 LOST_AFTER_S = 600.0
 
 SCHEMA = """
@@ -63,19 +65,13 @@ def lost_after_s() -> float:
     return value if value >= 0 else LOST_AFTER_S
 
 
-def _connect(db: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(db, timeout=30)
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
-
 
 def record(db: Path, host: str, ok: bool, error: str = "", now: float | None = None) -> Reach:
     """Record one contact with ``host`` (``ok``: it answered; else ``error``, one line) in the
     database file ``db`` and return the host's record as it now stands."""
     now = time.time() if now is None else now
-    with closing(_connect(db)) as conn, conn:
+    with db_file.writing(db) as conn:
         conn.execute(SCHEMA)
-        conn.execute("BEGIN IMMEDIATE")
         if ok:
             conn.execute(_OK, (host, now))
         else:
@@ -88,7 +84,7 @@ def record(db: Path, host: str, ok: bool, error: str = "", now: float | None = N
 def get(db: Path, host: str) -> Reach:
     """``host``'s record (an empty one when it was never contacted or the table is absent)."""
     try:
-        with closing(_connect(db)) as conn:
+        with closing(db_file.connect(db)) as conn:
             row = conn.execute("SELECT host, last_ok, failing_since, last_failure, error FROM reach WHERE host=?",
                                (host,)).fetchone()
     except sqlite3.OperationalError:

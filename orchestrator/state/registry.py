@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home
+from orchestrator.state import db as db_file
 from orchestrator.state import fences
 from remote_payload.contract import protocol
 
@@ -135,8 +136,8 @@ class Registry:
                 problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
                 columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)").fetchall()}
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise  # another orch holds it past the busy timeout: not damage
+            if db_file.is_busy(exc):
+                raise db_file.busy(self.path) from None  # another orch holds it past the wait: not damage
             raise self.damaged(exc) from None
         except sqlite3.DatabaseError as exc:
             raise self.damaged(exc) from None
@@ -156,8 +157,7 @@ class Registry:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, timeout=30)
-            db.execute("PRAGMA busy_timeout=30000")
+            db = db_file.connect(self.path)
         except sqlite3.OperationalError as exc:  # not a file sqlite can open (a folder, no permission)
             raise LocalFileError(f"cannot open {self.path} ({exc}): it must be a file this user can read "
                                  "and write") from None
@@ -170,7 +170,7 @@ class Registry:
         that sweep, in the same transaction; ``secret_env``: the names only."""
         now = time.time()
         detail = dict(detail or {}, **({SECRET_NAMES_KEY: list(secret_env)} if secret_env else {}))
-        with closing(self._connect()) as db, db:
+        with db_file.writing(self.path) as db:
             db.execute(
                 "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
                 (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, json.dumps(detail or {}), now),
@@ -213,7 +213,7 @@ class Registry:
     def record_sweep_summary(self, job_id: str, summary: dict[str, Any]) -> None:
         """Keep ``summary`` (JSON-able) with the job's sweep entry: what ``orch status --sweep``
         needs of a finished job."""
-        with closing(self._connect()) as db, db:
+        with db_file.writing(self.path) as db:
             db.execute("UPDATE sweep_jobs SET summary=? WHERE job_id=?", (json.dumps(summary), job_id))
 
     def unconfirmed(self, submission: str) -> JobRecord | None:
@@ -227,8 +227,7 @@ class Registry:
         """Remove the job (and its sweep entry) while it is still only a reservation
         (``SUBMITTING``): its host was asked and holds no such job, so it never started and
         nothing counts it any more. False, and nothing removed, once it is anything else."""
-        with closing(self._connect()) as db, db:
-            db.execute("BEGIN IMMEDIATE")
+        with db_file.writing(self.path) as db:  # read and write as one step
             gone = db.execute("DELETE FROM jobs WHERE job_id=? AND state=?", (job_id, SUBMITTING)).rowcount
             if gone:
                 db.execute("DELETE FROM sweep_jobs WHERE job_id=?", (job_id,))
@@ -239,8 +238,7 @@ class Registry:
         when the state stays the same terminal state (``orch logs`` of a finished job records
         the same end again) and dropped otherwise (``orch resume``)."""
         detail = {k: v for k, v in (detail or {}).items() if k != FINAL_KEY and k not in KEPT_KEYS}
-        with closing(self._connect()) as db, db:
-            db.execute("BEGIN IMMEDIATE")  # read the old row and write the new one as one step
+        with db_file.writing(self.path) as db:  # read and write as one step
             row = db.execute("SELECT state, detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             kept = row is not None and row[0] == state and state in TERMINAL
             final = _final(_loads(row[1]).get(FINAL_KEY)) if kept else None
@@ -257,8 +255,7 @@ class Registry:
         """The job now lives on ``hosts`` in ``job_dir`` (``orch resume --on``), pending there;
         in the same transaction its attempts on ``superseded`` ((host, folder) pairs: the hosts
         it left) are fenced (``fences.add``): durable before anything else happens."""
-        with closing(self._connect()) as db, db:
-            db.execute("BEGIN IMMEDIATE")
+        with db_file.writing(self.path) as db:  # read and write as one step
             row = db.execute("SELECT detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             detail = dict({k: v for k, v in detail.items() if k not in KEPT_KEYS}, **(_kept(row[0]) if row else {}))
             db.execute("UPDATE jobs SET hosts=?, job_dir=?, state=?, detail=?, updated=? WHERE job_id=?",
@@ -270,8 +267,7 @@ class Registry:
         ``state``; nothing when its state is another by now. True when it was recorded."""
         if state not in TERMINAL:
             return False
-        with closing(self._connect()) as db, db:
-            db.execute("BEGIN IMMEDIATE")
+        with db_file.writing(self.path) as db:  # read and write as one step
             found = db.execute("SELECT detail FROM jobs WHERE job_id=? AND state=?", (job_id, state)).fetchone()
             if found is None:
                 return False

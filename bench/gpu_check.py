@@ -345,9 +345,10 @@ def nproc_auto(ctx: Ctx) -> int:
 
 
 def anchors(ctx: Ctx, status: dict[str, str]) -> None:
-    """Trainer (default, group_by_length, flattening) and SFTTrainer vs ours-pack on this card."""
+    """Trainer (default, group_by_length, flattening) and SFTTrainer vs ours (the trainer's
+    defaults, what a user gets without a flag) on this card."""
     has_trl = ctx.dry or not status.get("trl", "not").startswith("not")  # a dry run shows the full command
-    impls = ["ours-pack", "hf", "hf-group", "hf-flat"] + (["trl"] if has_trl else [])
+    impls = ["ours", "hf", "hf-group", "hf-flat"] + (["trl"] if has_trl else [])
     argv = [ctx.python, str(BENCH / "trainer.py"), "--device", "cuda", "--model", "gpt2-124m", "--assets", str(ctx.work),
             "--layouts", f"{ctx.nproc}x4", "--impls", ",".join(impls), "--repeat", "1", "--steps", str(ctx.steps),
             "--warmup", "5", "--trl-steps", str(ctx.steps)]
@@ -361,7 +362,7 @@ def anchors(ctx: Ctx, status: dict[str, str]) -> None:
         return
     for cols in table:
         impl, tok_s, ratio = cols[0].strip(), cols[2].strip(), cols[3].strip()
-        note = "" if impl == "ours-pack" else f"ours-pack / this = {ratio}"
+        note = "" if impl == "ours" else f"ours / this = {ratio}"
         ctx.rows.append((f"bench {impl}", f"gpt2-124m bf16 x{ctx.nproc}", tok_s, "", "", note))
     if "trl" not in impls:
         ctx.rows.append(("bench trl", "", "", "", "", f"trl {status.get('trl', 'not installed')}"))

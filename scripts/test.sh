@@ -38,4 +38,4 @@ bash scripts/bootstrap.sh
 # The suite starts orch's CLI some thousands of times: byte-compile the project once, so a
 # machine with PYTHONDONTWRITEBYTECODE set does not compile it again in every process.
 .venv/bin/python -m compileall -q orchestrator remote_payload tests >/dev/null
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=25 "$@"

@@ -76,12 +76,28 @@ def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = N
     atomic_write_json(os.path.join(repro, "environment.json"), env)
 
 
+RECORD_NICE = 10  # the record's helper processes: a tenth of a core beside a busy process, not half
+
+
+def _lower_priority() -> None:
+    """The calling thread, and the processes it starts (on Linux a child inherits the nice value
+    of the thread that forked it), run at nice ``RECORD_NICE`` or lower priority still: the
+    record (a Python that imports torch, ``pip freeze``: seconds of CPU) is bookkeeping and
+    yields to the job and to whatever else the host runs, such as the next command's helper."""
+    try:
+        tid = threading.get_native_id()
+        if os.getpriority(os.PRIO_PROCESS, tid) < RECORD_NICE:
+            os.setpriority(os.PRIO_PROCESS, tid, RECORD_NICE)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the record still runs
+        pass
+
+
 class Recorder:
     """``record_environment`` in a background thread, started beside the job so it never sits
     between the job's end and its terminal state. It begins ``delay_s`` after it is made (the
-    job's own start-up gets the CPU first) or at ``hurry()``, whichever is first. ``helpers``
-    are the processes it runs (the supervisor keeps them out of the job's process tree);
-    ``wait`` joins it."""
+    job's own start-up gets the CPU first) or at ``hurry()``, whichever is first, at low CPU
+    priority (``_lower_priority``). ``helpers`` are the processes it runs (the supervisor keeps
+    them out of the job's process tree); ``wait`` joins it."""
 
     def __init__(self, job_dir: str, python: str, delay_s: float = 0.0) -> None:
         self.helpers = Helpers()
@@ -92,6 +108,7 @@ class Recorder:
         self.thread.start()
 
     def _run(self, job_dir: str, python: str, delay_s: float) -> None:
+        _lower_priority()
         self.go.wait(delay_s)
         try:
             record_environment(job_dir, python, self.helpers)

@@ -84,7 +84,7 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path, two_gpus: Pa
 
     anchors = next(ln for ln in out.splitlines() if ln.startswith("[run] anchors"))
     assert "bench/trainer.py --device cuda --model gpt2-124m" in anchors and "--layouts 2x4" in anchors
-    assert "--impls ours-pack,hf,hf-group,hf-flat,trl" in anchors
+    assert "--impls ours,hf,hf-group,hf-flat,trl" in anchors
     assert "nproc_per_node auto" in out and "GPU queue" in out and "nvidia-smi -L here: 2 GPU(s)" in out
     assert f"to {results} between <!-- gpu-check --> and <!-- /gpu-check -->" in out
 

@@ -28,8 +28,8 @@ def test_a_two_node_job_moves_to_two_other_nodes_bit_identical(
         orch("hosts", "add", name, "--ssh", f"ssh root@{node.address}", "--identity", str(cluster.client_key),
              "--root", str(orch.remote_root / name), "--python", sys.executable, "--trust")
         moved_to.append(name)
-    straight = json.loads(orch("submit", str(resume_spec(orch, tiny_assets, two_nodes, 1, "lora", "straight")),
-                               "--follow", "--json", timeout=600).stdout)
+    spec = resume_spec(orch, tiny_assets, two_nodes, 1, "lora", "straight", slow=False)
+    straight = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=600).stdout)
     assert straight["state"] == "succeeded", straight
 
     job = orch.json("submit", str(resume_spec(orch, tiny_assets, two_nodes, 1, "lora", "moved")))["job_id"]

@@ -23,14 +23,16 @@ STEPS = 12
 SLOW = {"ORCH_TEST_STEP_DELAY_S": "0.5"}  # remote_payload/train.py: time to kill mid-run, same numbers
 
 
-def resume_spec(orch: Orch, assets: Path, hosts: list[str], nproc: int, finetune: str, name: str) -> Path:
-    """test_multinode's job with a checkpoint every 2 steps, all of them kept, and slow steps."""
+def resume_spec(orch: Orch, assets: Path, hosts: list[str], nproc: int, finetune: str, name: str,
+                slow: bool = True) -> Path:
+    """test_multinode's job with a checkpoint every 2 steps, all of them kept, and (``slow``)
+    slow steps: a run to kill; the run it is compared with need not wait."""
     spec = train_spec(orch, assets, hosts, nproc, STEPS, name)
     job = json.loads(spec.read_text())
     job["train"].update(save_every=2, keep_checkpoints=100)
     if finetune == "full":
         job["train"].update(finetune="full", lora=None)
-    job["env"] = SLOW
+    job["env"] = SLOW if slow else {}
     spec.write_text(json.dumps(job))
     return spec
 
@@ -76,8 +78,8 @@ def kill_after_a_checkpoint(orch: Orch, job: str, nodes: list[str]) -> str:
 @pytest.mark.parametrize(("finetune", "nproc"), [("lora", 2), ("full", 2)])
 def test_a_killed_two_node_job_resumes_bit_identical_without_a_shared_disk(
         orch: Orch, two_nodes: list[str], tiny_assets: Path, finetune: str, nproc: int) -> None:  # noqa: F811
-    straight = json.loads(orch("submit", str(resume_spec(orch, tiny_assets, two_nodes, nproc, finetune, "straight")),
-                               "--follow", "--json", timeout=600).stdout)
+    spec = resume_spec(orch, tiny_assets, two_nodes, nproc, finetune, "straight", slow=False)
+    straight = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=600).stdout)
     assert straight["state"] == "succeeded", straight
 
     job = orch.json("submit", str(resume_spec(orch, tiny_assets, two_nodes, nproc, finetune, "killed")))["job_id"]

@@ -249,6 +249,7 @@ def test_time_limit_warning_checkpoints_and_resume_ends_bit_identical(orch: Orch
     adapter equals an uninterrupted run's bit for bit."""
     launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "gpus_per_node": 0}}
     job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "warned", launch, max_steps=60, env=SLOW)))["job_id"]
+    straight = start_reference(orch, tiny_assets)
     timeouts = 0
     for _ in range(5):
         status = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled",
@@ -262,10 +263,21 @@ def test_time_limit_warning_checkpoints_and_resume_ends_bit_identical(orch: Orch
     assert status["state"] == "succeeded" and timeouts >= 1, status
     log = (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
     assert "Slurm's time-limit warning" in log and "resuming from" in log
-    reference = orch.json("submit", str(train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2},
-                                                   max_steps=60)), "--follow", timeout=600)
-    assert reference["state"] == "succeeded"
-    assert_same_adapter(adapter(orch, job), adapter(orch, reference["job_id"]), exact=True)
+    assert_same_adapter(adapter(orch, job), adapter(orch, finished(orch, straight)), exact=True)
+
+
+def start_reference(orch: Orch, tiny_assets: Path) -> str:
+    """The uninterrupted 60-step run a warned job must equal, submitted on ``local`` at once:
+    it trains while the Slurm job sleeps through its slow steps and waits for its warning."""
+    spec = train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2}, max_steps=60)
+    return orch.json("submit", str(spec))["job_id"]
+
+
+def finished(orch: Orch, job: str) -> str:
+    """``job`` once it ended, which must be a success."""
+    status = orch.wait_state(job, ("succeeded", "failed", "cancelled", "lost"), timeout=600)
+    assert status["state"] == "succeeded", status
+    return job
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +302,7 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
     lab = add_lab(orch, SlurmLogin(sshd.port, sshd.client_key, quick_requeue), "quick")
     launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "requeue": True}}
     job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=60, env=SLOW)))["job_id"]
+    straight = start_reference(orch, tiny_assets)
     waiting = status_where(orch, job, "the requeued job to wait", lambda s: "requeued" in (s.get("reason") or ""))
     requeued, _, slurm_says = waiting["reason"].partition("; ")
     assert waiting["state"] == "pending" and requeued == (
@@ -304,9 +317,7 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
     assert done["state"] == "succeeded" and done["attempt"] >= 2, (done.get("reason"), log.read_text()[-3000:])
     assert json.loads((remote_job_dir(orch, job) / "slurm.json").read_text())["jobs"] == [waiting["slurm_job"]]
     assert "resuming from" in (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
-    reference = orch.json("submit", str(train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2},
-                                                   max_steps=60)), "--follow", timeout=600)
-    assert_same_adapter(adapter(orch, job), adapter(orch, reference["job_id"]), exact=True)
+    assert_same_adapter(adapter(orch, job), adapter(orch, finished(orch, straight)), exact=True)
 
 
 TICKS = """\

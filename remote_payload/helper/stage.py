@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
@@ -147,7 +148,8 @@ def _link_verified(ws: str, dest: str, rel: str, want: Any, recorded: Optional[D
     if not (isinstance(want, list) and len(want) == 2):
         raise StageError("malformed stage entry for %r" % rel[:200])
     sha, link = want
-    src, dst = safe_join(ws, rel), safe_join(dest, rel)
+    src = safe_join(ws, rel)  # checks rel once for both
+    dst = os.path.join(dest, rel)
     folder = os.path.dirname(dst)
     if folder not in made:
         os.makedirs(folder, exist_ok=True)
@@ -161,10 +163,14 @@ def _link_verified(ws: str, dest: str, rel: str, want: Any, recorded: Optional[D
             return False
         os.symlink(target, dst)
         return True
-    if os.path.islink(src) or not os.path.isfile(src):
+    try:  # the entry itself, never a symlink's target: checked below through the link (the inode this job keeps)
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:  # gone, or a folder
         return False
-    os.link(src, dst)  # checked below through the link: the inode this job keeps
     st = os.lstat(dst)
+    if not stat.S_ISREG(st.st_mode):  # a symlink (or a device, a fifo) where the laptop has a file
+        os.unlink(dst)
+        return False
     if arrived is not None and sha in (None, arrived) and _as_recorded(st, recorded, arrived):
         return True  # written by this very stream under the lease this caller holds
     if sha is None:

@@ -62,6 +62,19 @@ def test_a_file_replaced_since_the_laptop_planned_is_named_and_nothing_is_staged
     assert not (root / "staged" / "j-0").exists() and not list((root / "staged").iterdir())
 
 
+def test_a_symlink_or_a_folder_where_the_laptop_has_a_file_is_named_and_never_staged(ws: Path, tmp_path: Path) -> None:
+    """Whatever the server holds under a file's name that is not a regular file — a symlink,
+    even to a file with the very bytes, or a folder — differs: the job would run something else."""
+    root = tmp_path / "root"
+    (ws / "same.py").symlink_to("pkg/a.py")  # the bytes the laptop means, through a link
+    (ws / "folder.py").mkdir()
+    tree = {"pkg/a.py": [sha(b"a1"), None], "same.py": [sha(b"a1"), None], "folder.py": [sha(b"a1"), None]}
+    record = {rel: recorded(ws / "pkg" / "a.py", sha(b"a1")) for rel in tree}  # even a record that agrees
+    answer = stage.stage(str(root), str(ws), {"token": "j-0", "tree": tree}, record, {}, lambda: None)
+    assert answer == {"differ": ["folder.py", "same.py"]}
+    assert not list((root / "staged").iterdir())
+
+
 def test_an_edit_the_record_does_not_know_is_caught_by_hashing(ws: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     record = {"pkg/a.py": recorded(ws / "pkg" / "a.py", sha(b"a1"))}

@@ -53,7 +53,6 @@ class Fence:
     outcome: str = ""
 
 
-
 def add(conn: sqlite3.Connection, job_id: str, hosts: list[tuple[str, str]], moved_to: list[str]) -> None:
     """In the caller's transaction: fence ``job_id``'s attempts on ``hosts`` ((host, job folder)
     pairs) — it now lives on ``moved_to``, where any fence it had is dropped (it lives there again)."""

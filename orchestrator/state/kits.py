@@ -25,7 +25,6 @@ CREATE TABLE IF NOT EXISTS kits (
 """
 
 
-
 def record(db: Path, job_id: str, run_dir: Path) -> None:
     """``job_id``'s kit now lives under ``run_dir`` (kept absolute)."""
     with db_file.writing(db) as conn:

@@ -65,7 +65,6 @@ def lost_after_s() -> float:
     return value if value >= 0 else LOST_AFTER_S
 
 
-
 def record(db: Path, host: str, ok: bool, error: str = "", now: float | None = None) -> Reach:
     """Record one contact with ``host`` (``ok``: it answered; else ``error``, one line) in the
     database file ``db`` and return the host's record as it now stands."""

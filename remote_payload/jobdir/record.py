@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import threading
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from remote_payload.contract.jobfolder import atomic_write_json, atomic_write_text, read_json
 
@@ -76,48 +76,68 @@ def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = N
     atomic_write_json(os.path.join(repro, "environment.json"), env)
 
 
-RECORD_NICE = 10  # the record's helper processes: a tenth of a core beside a busy process, not half
-
-
-def _lower_priority() -> None:
-    """The calling thread, and the processes it starts (on Linux a child inherits the nice value
-    of the thread that forked it), run at nice ``RECORD_NICE`` or lower priority still: the
-    record (a Python that imports torch, ``pip freeze``: seconds of CPU) is bookkeeping and
-    yields to the job and to whatever else the host runs, such as the next command's helper."""
-    try:
-        tid = threading.get_native_id()
-        if os.getpriority(os.PRIO_PROCESS, tid) < RECORD_NICE:
-            os.setpriority(os.PRIO_PROCESS, tid, RECORD_NICE)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the record still runs
-        pass
+RECORD_NICE = 10  # while the job runs: the record's helpers get a tenth of a core beside a busy process
 
 
 class Recorder:
     """``record_environment`` in a background thread, started beside the job so it never sits
     between the job's end and its terminal state. It begins ``delay_s`` after it is made (the
-    job's own start-up gets the CPU first) or at ``hurry()``, whichever is first, at low CPU
-    priority (``_lower_priority``). ``helpers`` are the processes it runs (the supervisor keeps
-    them out of the job's process tree); ``wait`` joins it."""
+    job's own start-up gets the CPU first) or at ``hurry()`` (the job ended), whichever is first.
+    ``helpers`` are the processes it runs (the supervisor keeps them out of the job's process
+    tree); ``wait`` joins it.
+
+    Priority: a record that begins while the job runs (a Python that imports torch, then ``pip
+    freeze``: seconds of CPU) runs at nice ``RECORD_NICE`` — its thread, and so the processes it
+    starts (on Linux a child inherits the nice value of the thread that forked it) — so it yields
+    to the job. Once the job ended (``hurry``), someone may be waiting for the record (a fetch,
+    a move): the thread and its running helpers go back to the supervisor's priority where the
+    system allows it (root may raise a priority again; another user's record finishes at nice
+    ``RECORD_NICE``). A record that begins after the job ended runs at normal priority."""
 
     def __init__(self, job_dir: str, python: str, delay_s: float = 0.0) -> None:
         self.helpers = Helpers()
         self.error: Optional[BaseException] = None
         self.go = threading.Event()
+        self._lowered: Optional[Tuple[int, int]] = None  # (thread id, the priority it had), while lowered
         self.thread = threading.Thread(target=self._run, args=(job_dir, python, delay_s), name="orch-repro",
                                        daemon=True)
         self.thread.start()
 
     def _run(self, job_dir: str, python: str, delay_s: float) -> None:
-        _lower_priority()
-        self.go.wait(delay_s)
+        if not self.go.wait(delay_s):  # the job still runs: the record yields to it
+            self._lower()
         try:
             record_environment(job_dir, python, self.helpers)
         except Exception as exc:  # noqa: BLE001 - a record that cannot be written never fails the job
             self.error = exc
 
+    def _lower(self) -> None:
+        with self.helpers.lock:  # against hurry(): lowered before it, or not at all
+            if self.go.is_set():
+                return
+            try:
+                tid = threading.get_native_id()
+                base = os.getpriority(os.PRIO_PROCESS, tid)
+                if base < RECORD_NICE:
+                    os.setpriority(os.PRIO_PROCESS, tid, RECORD_NICE)
+                    self._lowered = (tid, base)
+            except (AttributeError, OSError):  # not Linux, or not allowed: the record runs as it is
+                pass
+
     def hurry(self) -> None:
-        """Begin now if still waiting (the job ended)."""
+        """Begin now if still waiting (the job ended); a record already running at low priority
+        goes back to the supervisor's."""
         self.go.set()
+        with self.helpers.lock:  # no helper starts meanwhile: each one is reniced here or forked after
+            if self._lowered is None:
+                return
+            tid, base = self._lowered
+            self._lowered = None
+            for who in (tid, *self.helpers.pids):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, who, base)
+                except OSError:  # not allowed (not root), or the helper just ended
+                    pass
 
     def done(self) -> bool:
         return not self.thread.is_alive()

@@ -142,8 +142,10 @@ class Watch:
                     self.say(f"removed {folder}: the server no longer keeps it (--keep-checkpoints keeps all)")
             settled = bool(summary.states) and all(s in SETTLED for s in summary.states)
             status = self._status(remotes) if settled else None
+            # where the kit lives, recorded before it is written: once its move.json exists, a move
+            # run from any folder finds it, whenever this watch is stopped
+            kits.record(self.registry.path, self.record.job_id, summary.dest)
             kit.keep(remotes, self.record.job_id, summary.dest, self.say)
-            kits.record(self.registry.path, self.record.job_id, summary.dest)  # found from anywhere
             if summary.ended and not summary.unwritable:  # a file this laptop cannot hold is not here
                 self._tell(remotes, summary.dest)
         return status

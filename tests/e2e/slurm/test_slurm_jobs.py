@@ -266,10 +266,10 @@ def test_time_limit_warning_checkpoints_and_resume_ends_bit_identical(orch: Orch
     assert_same_adapter(adapter(orch, job), adapter(orch, finished(orch, straight)), exact=True)
 
 
-def start_reference(orch: Orch, tiny_assets: Path) -> str:
-    """The uninterrupted 60-step run a warned job must equal, submitted on ``local`` at once:
-    it trains while the Slurm job sleeps through its slow steps and waits for its warning."""
-    spec = train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2}, max_steps=60)
+def start_reference(orch: Orch, tiny_assets: Path, max_steps: int = 60) -> str:
+    """The uninterrupted run a warned job must equal, submitted on ``local`` (started beside a
+    Slurm job, it trains while that one sleeps through its slow steps and waits for its warning)."""
+    spec = train_spec(orch, tiny_assets, "local", "straight", {"nproc_per_node": 2}, max_steps=max_steps)
     return orch.json("submit", str(spec))["job_id"]
 
 
@@ -296,27 +296,31 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
         orch: Orch, quick_requeue: SlurmCluster, sshd: SSHServer, tiny_assets: Path) -> None:
     """With requeue: true the warned run checkpoints, goes back to the queue as the same Slurm
     job, and the next allocation's supervisor (attempt 2) continues from the checkpoint. Each
-    allocation is warned 30 to 60 s after its start (slurmctld's 30-second time-limit pass) and
-    starts again 10 s or more after its requeue, so the 60 one-second steps may take a third
-    allocation or more: the end is waited for across up to five."""
+    allocation (4 minutes, warned 150 s before) is warned 60 to 90 s after its start
+    (slurmctld's 30-second time-limit pass) and starts again 10 s or more after its requeue.
+    The 90 one-second steps outlast the first allocation's warning even where the trainer starts
+    in 10 s, and leave each allocation time for some steps where it takes 50 s (a slow, loaded
+    machine: a 3-minute limit warned 30 s after the start left each allocation a step or two
+    there, and its sixth allocation ended failed); the end is waited for across up to five."""
     lab = add_lab(orch, SlurmLogin(sshd.port, sshd.client_key, quick_requeue), "quick")
-    launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "requeue": True}}
-    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=60, env=SLOW)))["job_id"]
-    waiting = status_where(orch, job, "the requeued job to wait", lambda s: "requeued" in (s.get("reason") or ""))
+    launch = {"nproc_per_node": 2, "slurm": {"time": "4", "signal_before_s": 150, "requeue": True}}
+    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=90, env=SLOW)))["job_id"]
+    waiting = status_where(orch, job, "the requeued job to wait", lambda s: "requeued" in (s.get("reason") or ""),
+                           timeout=240)
     requeued, _, slurm_says = waiting["reason"].partition("; ")
     assert waiting["state"] == "pending" and requeued == (
-        "requeued at the warning before the time limit (3): the next allocation continues from the latest checkpoint"
+        "requeued at the warning before the time limit (4): the next allocation continues from the latest checkpoint"
     ), waiting
     # a loaded machine's poll may come after Slurm started the next allocation
     starting = f"starting in Slurm job {waiting['slurm_job']}"
     assert slurm_says.startswith(("waiting for Slurm:", starting + " on ")) or slurm_says == starting, waiting
     done = status_where(orch, job, "the run to end", lambda s: s["state"] in ("succeeded", "failed", "cancelled", "lost"),
-                        timeout=5 * 90)
+                        timeout=5 * 150)
     log = remote_job_dir(orch, job) / "logs" / "node0.log"
     assert done["state"] == "succeeded" and done["attempt"] >= 2, (done.get("reason"), log.read_text()[-3000:])
     assert json.loads((remote_job_dir(orch, job) / "slurm.json").read_text())["jobs"] == [waiting["slurm_job"]]
     assert "resuming from" in (remote_job_dir(orch, job) / "logs" / "node0.log").read_text()
-    straight = start_reference(orch, tiny_assets)  # not beside the requeues: their timing is Slurm's, on a loaded CPU
+    straight = start_reference(orch, tiny_assets, 90)  # not beside the requeues: their timing is Slurm's, on a loaded CPU
     assert_same_adapter(adapter(orch, job), adapter(orch, finished(orch, straight)), exact=True)
 
 

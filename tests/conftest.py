@@ -32,6 +32,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def same_umask() -> Iterator[None]:
+    """Each test ends with the umask it began with. Tests that run orch's server side in this
+    process (the helper, the supervisor, the holder set 077 there, as they must) would otherwise
+    leave it to every later test: a Slurm cluster started after them made its munge folder
+    0700 and munged refused it — only when those tests ran first."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    yield
+    os.umask(mask)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """ORCH_HOME for code the tests run in-process: never the real user's."""

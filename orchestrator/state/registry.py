@@ -107,7 +107,7 @@ class SweepEntry:
         return [(str(v[0]), str(v[2])) for v in self.values if isinstance(v, list) and len(v) == 3]
 
 
-def _wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
+def _wal(db: sqlite3.Connection, wait_s: float = db_file.BUSY_WAIT_S) -> None:
     """Switch to WAL. Switching needs the database to itself, and SQLite answers "locked" at
     once (no busy wait) while another process creates it: try again for up to ``wait_s``."""
     deadline = time.monotonic() + wait_s

@@ -38,4 +38,9 @@ bash scripts/bootstrap.sh
 # The suite starts orch's CLI some thousands of times: byte-compile the project once, so a
 # machine with PYTHONDONTWRITEBYTECODE set does not compile it again in every process.
 .venv/bin/python -m compileall -q orchestrator remote_payload tests >/dev/null
-exec .venv/bin/python -m pytest -q --durations=25 "$@"
+# Two worker processes (pytest-xdist), a test file's tests on one of them (its fixtures shared):
+# much of the suite waits (on Slurm's scheduler, a job's steps, a cut link), so two keep a
+# 2-core machine busy. Every shared name a test makes (ports, network namespaces, subnets,
+# Slurm clusters, users) is unique per process or made safely twice. ORCH_TEST_WORKERS=0 runs
+# it in one process; later arguments win (scripts/test.sh -n 0 -k sync).
+exec .venv/bin/python -m pytest -q --durations=25 -n "${ORCH_TEST_WORKERS:-2}" --dist loadfile "$@"

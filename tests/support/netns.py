@@ -4,7 +4,9 @@ Loopback-free, machine-local addresses only; everything is removed by ``teardown
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,6 +19,20 @@ from tests.support.sshd import SSHD, keygen
 
 def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
+
+
+def free_subnet(start: int, first: int) -> str:
+    """A 10.a.b.0/24 that no interface here uses (other test processes build bridges too), from
+    10.<first..first+49>.<100..149>, looked for from ``start`` (a pid: each process its own order)."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    nets = [ipaddress.ip_interface(a).network for a in re.findall(r"inet (\S+)", used)]
+    for i in range(2500):
+        n = (start + i) % 2500
+        subnet = f"10.{first + n // 50}.{n % 50 + 100}"
+        net = ipaddress.ip_network(f"{subnet}.0/24")
+        if not any(net.overlaps(other) for other in nets):
+            return subnet
+    raise RuntimeError("no free 10.x.y.0/24 subnet")
 
 
 @dataclass
@@ -51,7 +67,7 @@ class Cluster:
 def start_cluster(workdir: Path, count: int = 2) -> Cluster:
     """``count`` nodes named node1..nodeN at 10.<a>.<b>.11.. on a fresh bridge."""
     tag = f"{os.getpid() % 10000:04d}"
-    subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
+    subnet = free_subnet(os.getpid(), 200)  # 10.200-249.*: not Slurm's clusters' 10.150-199.*
     workdir.mkdir(parents=True, exist_ok=True)
     workdir.chmod(0o755)
     client_key = workdir / "client_ed25519"

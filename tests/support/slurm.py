@@ -29,7 +29,6 @@ the namespaces)."""
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 import os
 import re
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
+from tests.support.netns import free_subnet
 from tests.support.sshd import free_port
 
 WAIT_S = 120  # what a test waits for Slurm on a loaded 2-core machine
@@ -305,19 +305,6 @@ def _kill_netns(ns: str) -> None:
             pass
 
 
-def _free_subnet(start: int) -> str:
-    """A 10.a.b.0/24 no interface here uses (other test runs build bridges too)."""
-    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    nets = [ipaddress.ip_interface(a).network for a in re.findall(r"inet (\S+)", used)]
-    for i in range(2500):
-        n = (start + i) % 2500
-        subnet = f"10.{150 + n // 50}.{n % 50 + 100}"  # 10.150-199.100-149: not netns.py's 10.200-249.*
-        net = ipaddress.ip_network(f"{subnet}.0/24")
-        if not any(net.overlaps(other) for other in nets):
-            return subnet
-    raise RuntimeError("no free 10.x.y.0/24 subnet")
-
-
 def _partition_lines(partitions: dict[str, str] | None) -> list[str]:
     """``{"debug": "", "long": "MaxTime=60"}`` → PartitionName lines: Nodes=ALL and
     State=UP unless given, the first one Default=YES unless some partition says Default."""
@@ -371,7 +358,7 @@ def _start(workdir: Path | None, netns: int, partitions: dict[str, str] | None, 
         for sub in ("log", "state", "spool", "run", "munge", "bin", "dev"):
             (workdir / sub).mkdir(mode=0o755, exist_ok=True)
         if netns:
-            subnet = _free_subnet(os.getpid())
+            subnet = free_subnet(os.getpid(), 150)  # 10.150-199.*: not netns.py's 10.200-249.*
             ctl_addr = f"{subnet}.1"
             cluster.bridge = f"slbr{tag}"
             cluster.nodes = [SlurmNode(f"node{i}", f"{subnet}.{10 + i}", f"orchsl{tag}{i}") for i in range(1, netns + 1)]

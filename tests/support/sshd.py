@@ -26,9 +26,12 @@ def keygen(path: Path, kind: str = "ed25519") -> str:
 
 
 def ensure_user(name: str, password: str | None = None) -> None:
-    """Create a plain login user (bash shell) once; set its password when given."""
+    """Create a plain login user (bash shell) once; set its password when given. Safe when
+    another test process creates the same user at the same time (useradd then fails: exists)."""
     if subprocess.run(["id", name], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+        made = subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], capture_output=True, text=True)
+        if made.returncode != 0 and subprocess.run(["id", name], capture_output=True).returncode != 0:
+            raise RuntimeError(f"useradd {name}: {made.stderr.strip()}")
     if password is not None:
         subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True)
     else:  # no password login, but not "locked" ('!'), which sshd without PAM refuses for keys too

@@ -1,5 +1,5 @@
 """``python -m orchestrator`` is ``orch``."""
 
-from orchestrator.cli.main import main
+from orchestrator.warm.client import main
 
 main()

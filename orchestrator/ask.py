@@ -6,15 +6,24 @@ the caller keeps its non-interactive answer. The question reads like click's: ``
 on stderr, ``y``/``yes``/``n``/``no`` in any case, an empty answer takes the default, anything
 else asks again. End of input or Ctrl-C is ``KeyboardInterrupt`` (the CLI: ``interrupted``,
 exit 130). Standard library only: click stays in ``orchestrator.cli``.
+
+``relay``: where a command runs away from the terminal (on the warm server,
+``orchestrator/warm/``), the function that has the question asked where the terminal is.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Callable, Optional
+
+Relay = Callable[[str, bool], Optional[bool]]
+relay: Relay | None = None
 
 
 def confirm(question: str, default: bool) -> bool | None:
     """The person's answer to ``question``, or None when nobody is at a terminal."""
+    if relay is not None:
+        return relay(question, default)
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
     choices = "Y/n" if default else "y/N"

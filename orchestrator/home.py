@@ -1,10 +1,15 @@
-"""Where orch keeps its own state on the laptop (``ORCH_HOME``)."""
+"""Where orch keeps its own state on the laptop (``ORCH_HOME``), and the private folders and
+lock files of its background processes (connection holders, the warm server). Standard library
+only: the ``orch`` entry point imports it before anything else."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 import sys
 from pathlib import Path
+from typing import Callable
 
 
 def orch_home() -> Path:
@@ -45,3 +50,44 @@ def laptop_id() -> str:
     value = os.urandom(16).hex()
     write_private(path, value + "\n")
     return value
+
+
+def private_folder(folder: Path) -> bool:
+    """Create ``folder`` 0700 when missing; true only when it is a real directory (not a
+    symlink) owned by this user that nobody else can enter."""
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
+
+
+def take_lock(path: Path) -> int | None:
+    """Open (0600, never through a symlink: ``OSError``) and lock the lock file ``path``;
+    its descriptor, which holds the lock until closed, or ``None`` when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lock_free(path: Path, then: Callable[[], None] = lambda: None) -> bool:
+    """True when no holder holds (or is starting with) this lock; ``then`` runs while we
+    hold it for that moment."""
+    try:
+        fd = take_lock(path)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    try:
+        then()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock

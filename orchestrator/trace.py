@@ -27,7 +27,7 @@ _SETTING = os.environ.get("ORCH_TRACE", "")
 ON = _SETTING not in ("", "0")
 
 
-def _process_age_s() -> float:
+def process_age_s() -> float:
     """Seconds since this process started (Linux: ``/proc``; elsewhere 0: counted from here)."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
@@ -37,9 +37,16 @@ def _process_age_s() -> float:
         return 0.0
 
 
-_T0 = time.monotonic() - (_process_age_s() if ON else 0.0)
+_T0 = time.monotonic() - (process_age_s() if ON else 0.0)
 _LOCK = threading.Lock()
 PHASE_WIDTH = 12
+
+
+def restart(t0: float) -> None:
+    """Count from ``t0`` (``time.monotonic()`` when the command started): a command the warm
+    server runs counts from its client's start (orchestrator/warm/)."""
+    global _T0
+    _T0 = t0
 
 
 def since_start_ms() -> float:

@@ -48,7 +48,8 @@ def same_umask() -> Iterator[None]:
 def laptop_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """ORCH_HOME for code the tests run in-process: never the real user's."""
     home = tmp_path_factory.mktemp("orch-home")
-    with patch.dict(os.environ, {"ORCH_HOME": str(home), "ORCH_HOLD_IDLE_S": HOLD_IDLE_S}):
+    with patch.dict(os.environ, {"ORCH_HOME": str(home), "ORCH_HOLD_IDLE_S": HOLD_IDLE_S,
+                                 "ORCH_WARM_IDLE_S": HOLD_IDLE_S}):
         yield home
         stop_holders(home)
 
@@ -102,7 +103,8 @@ def orch(tmp_path: Path) -> Iterator[Orch]:
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(ORCH_HOME=str(home), PYTHONPATH=str(REPO), ORCH_CONNECT_ATTEMPTS="2",
-               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1", ORCH_HOLD_IDLE_S=HOLD_IDLE_S)
+               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1", ORCH_HOLD_IDLE_S=HOLD_IDLE_S,
+               ORCH_WARM_IDLE_S=HOLD_IDLE_S)
     work = tmp_path / "laptop"
     work.mkdir()
     yield Orch(home, tmp_path / "remote", env, work)

@@ -18,21 +18,19 @@ finds its holder never pays for it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
 import os
 import socket
-import stat
 import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator import __version__
-from orchestrator.home import laptop_id, orch_home
+from orchestrator.home import laptop_id, lock_free, orch_home, private_folder, take_lock
 from orchestrator.hosts.inventory import Host
 
 SOCK_MAX = 100          # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
@@ -114,17 +112,6 @@ def holder_key(host: Host, home: Path) -> str | None:
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 
-def private_folder(folder: Path) -> bool:
-    """Create ``folder`` 0700 when missing; true only when it is a real directory (not a
-    symlink) owned by this user that nobody else can enter."""
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(folder)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
-
-
 def holder_folders(home: Path) -> list[Path]:
     """Where sockets may be: ``ORCH_HOME/holders``, and the temp folder for long paths."""
     return [home / "holders", Path(tempfile.gettempdir()) / f"orch-{os.getuid()}"]
@@ -141,36 +128,6 @@ def place(host: Host) -> Place | None:
         if len(os.fsencode(folder / f"{key}.sock")) <= SOCK_MAX:
             return Place(key, folder) if private_folder(folder) else None
     return None
-
-
-def take_lock(path: Path) -> int | None:
-    """Open (0600, never through a symlink: ``OSError``) and lock the lock file ``path``;
-    its descriptor, which holds the lock until closed, or ``None`` when another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def lock_free(path: Path, then: Callable[[], None] = lambda: None) -> bool:
-    """True when no holder holds (or is starting with) this lock; ``then`` runs while we
-    hold it for that moment."""
-    try:
-        fd = take_lock(path)
-    except OSError:
-        return False
-    if fd is None:
-        return False
-    try:
-        then()
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def connect(path: Path, timeout: float = 5.0) -> socket.socket:

@@ -22,13 +22,16 @@ from orchestrator.holder.spawn import stop_holders as _stop_holders
 from orchestrator.sync import record as synccache
 from orchestrator.sync import selection
 from orchestrator.sync.send import sync
+from orchestrator.warm.server import stop_servers
 
 REPO = Path(__file__).resolve().parents[2]
-HOLD_IDLE_S = "20"  # connection holders (docs/connections.md) of the tests idle out soon
+HOLD_IDLE_S = "20"  # connection holders (docs/connections.md) and warm servers of the tests idle out soon
 
 
 def stop_holders(home: Path) -> None:
+    """The connection holders and the warm servers of ``home``, stopped."""
     _stop_holders(home, wait_s=5)
+    stop_servers(home)
 
 
 @dataclass

@@ -79,8 +79,11 @@ class Watcher:
     def __init__(self, orch: Orch, args: list[str]) -> None:
         self.err_path = orch.cwd / f"watch-{time.monotonic_ns()}.err"
         self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=orch.cwd, env=orch.env,
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True)
+        # in a process of its own (ORCH_WARM=0): a SIGSTOP of it is a laptop asleep (of a command
+        # handed to the warm server, it would stop only the client that waits for it)
+        self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=orch.cwd,
+                                     env={**orch.env, "ORCH_WARM": "0"}, stdout=subprocess.PIPE, stderr=self.err,
+                                     text=True)
 
     def stderr(self) -> str:
         return self.err_path.read_text()

@@ -1,0 +1,137 @@
+"""What the warm server and its clients share: which commands it runs, where a server lives,
+and the messages. Standard library only (the client imports it before anything else).
+
+A server lives at ``<folder>/<key>.sock`` (with its ``.lock``) in a private folder:
+``ORCH_HOME/warm``, or ``$TMPDIR/orch-<uid>/warm`` where that path is too long for a socket.
+The key names what the server's imports depend on — the Python, orch's source folder, ORCH_HOME
+and the environment variables read at import time (``ORCH_*``, ``PYTHON*``, the locale's) — so
+a command whose environment differs there gets a server of its own, never a wrong one.
+
+Messages are JSON lines. The client sends one byte with its descriptors 0, 1 and 2 and one end
+of a socket pair attached (SCM_RIGHTS), then ``{"argv", "cwd", "env", "umask", "t0",
+"ignored"}`` (the signals ignored where the client started); or ``{"op": "ping"|"stop"}``
+alone. The server answers ``{"pid": N}`` once the command's process exists, then
+``{"exit": code}`` or ``{"signal": n}`` when it ended; or ``{"stale": true}`` (its code changed
+on disk: the client runs the command itself). The client sends nothing more. On the socket pair the
+command asks ``{"ask": question, "default": bool}`` and the client, which owns the terminal,
+answers ``{"answer": true|false|null}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple
+
+from orchestrator.home import orch_home, private_folder
+
+SOCK_MAX = 100  # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
+LINE_MAX = 1 << 22
+
+# The commands a warm server runs: none of them reads the terminal except through
+# orchestrator.ask (relayed to the client). Commands that hand the terminal to another program
+# (ssh, code, exec) or ask through click (hosts, rent, release) run in the client's process.
+WARM_COMMANDS = frozenset({"submit", "status", "ls", "logs", "fetch", "cancel", "resume", "check", "schema",
+                           "show", "rerun", "queue", "plot"})
+
+_IMPORT_ENV_PREFIXES = ("ORCH_", "PYTHON", "LC_")
+_IMPORT_ENV = ("LANG", "HOME", "TMPDIR", "XDG_DATA_HOME")
+ORCH_SOURCE = Path(__file__).resolve().parents[2]  # the folder holding the orchestrator package
+
+
+class Place(NamedTuple):
+    sock: Path
+    lock: Path
+    home: Path
+
+
+def key(home: Path) -> str:
+    """16 hex naming what a server's imports depend on (module docstring)."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV)
+    fields = [sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]
+    return hashlib.sha256(json.dumps(fields).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def place() -> Place | None:
+    """Where this environment's server lives; ``None`` (run every command in its own process)
+    when no private folder can hold a socket path."""
+    try:
+        home = orch_home().resolve()
+    except OSError:
+        return None
+    name = key(home)
+    for folder in folders(home):
+        if len(os.fsencode(folder / f"{name}.sock")) > SOCK_MAX:
+            continue
+        if not (private_folder(folder.parent) and private_folder(folder)):
+            return None
+        return Place(folder / f"{name}.sock", folder / f"{name}.lock", home)
+    return None
+
+
+def folders(home: Path) -> Iterator[Path]:
+    """Where servers of ``home`` may live, in the order they are tried."""
+    yield home / "warm"
+    import tempfile  # only for a long ORCH_HOME: ~5 ms of the client's start
+
+    yield Path(tempfile.gettempdir()) / f"orch-{os.getuid()}" / "warm"
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode("utf-8", "surrogateescape") + b"\n")
+
+
+class Lines:
+    """The JSON lines arriving on a socket. ``closed`` once the peer is gone, or sent a line that
+    is not a JSON object or is longer than ``LINE_MAX``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.closed = False
+
+    def _one(self) -> dict[str, Any] | None:
+        if self.closed or b"\n" not in self.buf:
+            self.closed = self.closed or len(self.buf) > LINE_MAX
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            message = json.loads(line.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self.closed = True
+            return None
+        return message
+
+    def _read(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.buf += data
+        else:
+            self.closed = True
+
+    def feed(self) -> list[dict[str, Any]]:
+        """One ``recv`` (call it when the socket is readable); the whole lines it completed."""
+        self._read()
+        out = []
+        while (message := self._one()) is not None:
+            out.append(message)
+        return out
+
+    def next(self) -> dict[str, Any] | None:
+        """Block until one whole line came; ``None`` when the peer is gone first."""
+        while True:
+            message = self._one()
+            if message is not None or self.closed:
+                return message
+            self._read()

@@ -18,12 +18,13 @@ from orch but ``home``, ``ask`` and the wire: a warm command's client starts in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from orchestrator import trace
 from orchestrator.warm import wire
@@ -83,16 +84,17 @@ def _session(sock: socket.socket, argv: list[str]) -> int | None:
     except OSError:
         return None
     mine, theirs = socket.socketpair()
-    try:
-        socket.send_fds(sock, [b"F"], [0, 1, 2, theirs.fileno()])
-        wire.send(sock, request)
-    except OSError:
-        mine.close()
-        return None
-    finally:
-        theirs.close()
     with mine:
-        return Session(sock, mine).wait()
+        session = Session(sock, mine)
+        with session.forwarding():  # from before the request: no Ctrl-C is lost or ends only us
+            try:
+                socket.send_fds(sock, [b"F"], [0, 1, 2, theirs.fileno()])
+                wire.send(sock, request)
+            except OSError:
+                return None
+            finally:
+                theirs.close()
+            return session.wait()
 
 
 class Session:
@@ -124,28 +126,34 @@ class Session:
         if self.asking and signum == signal.SIGINT:
             raise KeyboardInterrupt  # out of the question being asked here
 
-    def wait(self) -> int | None:
-        import selectors
-
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[None]:
+        """Forward what ``FORWARDED`` names (those ignored stay ignored) while inside."""
         old = {sig: signal.signal(sig, self.forward) for sig in FORWARDED if signal.getsignal(sig) != signal.SIG_IGN}
         try:
-            with selectors.DefaultSelector() as sel:
-                sel.register(self.sock, selectors.EVENT_READ, self.server)
-                sel.register(self.ctl, selectors.EVENT_READ, self.asks)
-                while True:
-                    for item, _ in sel.select():
-                        lines: wire.Lines = item.data
-                        for message in lines.feed():
-                            done = self.answer(message) if lines is self.asks else self.hear(message)
-                            if done is not None:
-                                return done[0]
-                        if lines.closed:
-                            sel.unregister(item.fileobj)
-                            if lines is self.server:
-                                return self.lost()
+            yield
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+
+    def wait(self) -> int | None:
+        """Until the command ended: its exit code; ``None`` when the server did not start it."""
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.sock, selectors.EVENT_READ, self.server)
+            sel.register(self.ctl, selectors.EVENT_READ, self.asks)
+            while True:
+                for item, _ in sel.select():
+                    lines: wire.Lines = item.data
+                    for message in lines.feed():
+                        done = self.answer(message) if lines is self.asks else self.hear(message)
+                        if done is not None:
+                            return done[0]
+                    if lines.closed:
+                        sel.unregister(item.fileobj)
+                        if lines is self.server:
+                            return self.lost()
 
     def hear(self, message: dict[str, Any]) -> tuple[int | None] | None:
         """A server line: ``(code,)`` when the command is over (``(None,)``: run it here)."""

@@ -97,6 +97,8 @@ class Server:
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
         self.stamp: list[tuple[str, int]] = []
+        self.wake: tuple[int, int] = (-1, -1)
+        self.ended = False  # a command ended since the idle clock was last set
 
     def run(self) -> None:
         os.umask(0o077)
@@ -113,9 +115,12 @@ class Server:
         self.listener = self.bind()
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.sel.register(wake_r, selectors.EVENT_READ, "wake")
+        self.wake = (wake_r, wake_w)
         last = time.monotonic()
         try:
             while not (self.draining and not self.children):
+                if not self.children and self.ended:  # idle from the end of the last command
+                    last, self.ended = time.monotonic(), False
                 timeout = None if self.children else max(IDLE_S - (time.monotonic() - last), 0.0)
                 events = self.sel.select(timeout if not self.draining else 1.0)
                 if not events and not self.children and time.monotonic() - last >= IDLE_S:
@@ -222,7 +227,11 @@ class Server:
         object copies most of the server's memory: ~80 ms measured, longer than a command)."""
         code = 4
         try:
+            signal.set_wakeup_fd(-1)
             self.sel.close()
+            for fd in (self.lock, *self.wake):  # the lock above all: a command must not keep it
+                if fd >= 0:
+                    os.close(fd)
             if self.listener is not None:
                 self.listener.close()
             for other in self.children.values():
@@ -283,6 +292,7 @@ class Server:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
+            self.ended = True
             try:
                 self.sel.unregister(conn)
             except (KeyError, ValueError):

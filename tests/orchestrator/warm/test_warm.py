@@ -150,6 +150,32 @@ def test_signals_ignored_where_orch_started_stay_ignored_in_its_command(orch: Or
     orch("cancel", job, env=env)
 
 
+def test_a_server_stopped_while_a_command_runs_lets_the_next_server_start_at_once(orch: Orch, tmp_path: Path) -> None:
+    """A server that stops (stale code, idle, stop) finishes its running commands; nothing of it
+    — its lock least of all — keeps its successor from starting meanwhile."""
+    env, trace = warmed(orch, tmp_path)
+    old = ready(env)
+    job = orch.json("submit", str(write_job(orch.cwd, "sleepy", "local", SLEEPY)), env=env)["job_id"]
+    seen = len(forked_by(trace))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        command = wait_for("the follower to start", lambda: forked_by(trace, seen))[-1][0]
+        stop_servers(orch.home, wait_s=1)
+        assert alive(old) and alive(command)  # it waits for its command, which goes on
+        orch("status", env=env)
+        new = ready(env)
+        assert new != old
+        orch("status", env=env)
+        assert forked_by(trace)[-1][1] == new
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    wait_for("the old server to end after its command", lambda: not alive(old), timeout=30)
+    orch("cancel", job, env=env)
+
+
 def test_a_question_is_asked_at_the_clients_terminal(orch: Orch, sshd: SSHServer, tmp_path: Path) -> None:
     """A host's first contact asks to trust its key: the command runs on the server, away from
     the terminal, and the client asks at its terminal and hands the answer over."""

@@ -43,4 +43,12 @@ bash scripts/bootstrap.sh
 # 2-core machine busy. Every shared name a test makes (ports, network namespaces, subnets,
 # Slurm clusters, users) is unique per process or made safely twice. ORCH_TEST_WORKERS=0 runs
 # it in one process; later arguments win (scripts/test.sh -n 0 -k sync).
-exec .venv/bin/python -m pytest -q --durations=25 -n "${ORCH_TEST_WORKERS:-2}" --dist loadfile "$@"
+# A short temporary root of its own (pytest's /tmp/pytest-of-USER/pytest-N/popen-gwN/ makes some
+# tests' Unix socket paths longer than the 100 bytes orch allows one), removed after a
+# run that passed.
+base=$(mktemp -d "${TMPDIR:-/tmp}/orch-t.XXXXXX")
+status=0
+.venv/bin/python -m pytest -q --durations=25 -n "${ORCH_TEST_WORKERS:-2}" --dist loadfile --basetemp "$base" "$@" \
+    || status=$?
+[ "$status" != 0 ] || rm -rf "$base"
+exit "$status"

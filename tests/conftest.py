@@ -26,6 +26,11 @@ from tests.support.sshd import SSHServer, start_sshd
 # install elsewhere points at (a second worktree of the repository, say).
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
+# pytest-xdist's workers set COLUMNS and LINES (80x24); orch's output piped to a test is then fitted
+# to 80 columns (`orch status` shortens job ids). Tests run orch as a script does: no terminal size.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 # A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and so would
 # every `orch` it starts: the Ctrl-C tests then test nothing. A handler (not SIG_IGN) here makes
 # each child start with SIGINT at its default, as a terminal gives it.

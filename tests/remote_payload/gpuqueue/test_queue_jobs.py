@@ -132,9 +132,12 @@ def test_gpus_busy_with_other_processes_are_not_handed_out(orch: Orch, gate: Gat
 
 def test_never_two_jobs_on_one_gpu(orch: Orch, gate: Gate) -> None:
     names = [f"n{k}" for k in range(6)]
-    for name in names:
-        gate.release(name)  # each runs 1.5 s, then gives its GPU back
     jobs = [submit(orch, gate, "local", name, gpus=2, hold_s=1.5) for name in names]
+    # both GPUs taken before any job ends (released as they were submitted, a slow machine's
+    # submits came after the previous job had ended, and every job ran on GPU 0)
+    wait_for("two jobs to run", lambda: sum(gate.started(n) is not None for n in names) >= 2)
+    for name in names:
+        gate.release(name)  # each runs 1.5 s at least, then gives its GPU back
     assert [orch.wait_state(j, ALL_DONE, timeout=180)["state"] for j in jobs] == ["succeeded"] * 6
     runs = sorted((gate.ran(n)["visible"], gate.ran(n)["start"], gate.ran(n)["end"]) for n in names)
     assert {gpu for gpu, _, _ in runs} == {"0", "1"}

@@ -18,16 +18,18 @@ from orch but ``home``, ``ask`` and the wire: a warm command's client starts in 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import sys
 import time
-from typing import Any, Iterator
 
 from orchestrator import trace
 from orchestrator.warm import wire
+
+TYPE_CHECKING = False  # typing costs the client ~9 ms: for the type checker only
+if TYPE_CHECKING:
+    from typing import Any
 
 # What a terminal or a shell sends orch; those ignored when the client started stay ignored
 # (``nohup``, a script's ``&``), here and in the command.
@@ -86,7 +88,8 @@ def _session(sock: socket.socket, argv: list[str]) -> int | None:
     mine, theirs = socket.socketpair()
     with mine:
         session = Session(sock, mine)
-        with session.forwarding():  # from before the request: no Ctrl-C is lost or ends only us
+        replaced = session.forward_signals()  # before the request: no Ctrl-C is lost or ends only us
+        try:
             try:
                 socket.send_fds(sock, [b"F"], [0, 1, 2, theirs.fileno()])
                 wire.send(sock, request)
@@ -95,6 +98,9 @@ def _session(sock: socket.socket, argv: list[str]) -> int | None:
             finally:
                 theirs.close()
             return session.wait()
+        finally:
+            for sig, handler in replaced.items():
+                signal.signal(sig, handler)
 
 
 class Session:
@@ -126,15 +132,9 @@ class Session:
         if self.asking and signum == signal.SIGINT:
             raise KeyboardInterrupt  # out of the question being asked here
 
-    @contextlib.contextmanager
-    def forwarding(self) -> Iterator[None]:
-        """Forward what ``FORWARDED`` names (those ignored stay ignored) while inside."""
-        old = {sig: signal.signal(sig, self.forward) for sig in FORWARDED if signal.getsignal(sig) != signal.SIG_IGN}
-        try:
-            yield
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+    def forward_signals(self) -> dict[int, Any]:
+        """Forward what ``FORWARDED`` names (those ignored stay ignored); the handlers replaced."""
+        return {sig: signal.signal(sig, self.forward) for sig in FORWARDED if signal.getsignal(sig) != signal.SIG_IGN}
 
     def wait(self) -> int | None:
         """Until the command ended: its exit code; ``None`` when the server did not start it."""

@@ -19,15 +19,18 @@ answers ``{"answer": true|false|null}``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
 import sys
+import zlib
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
 
 from orchestrator.home import orch_home, private_folder
+
+TYPE_CHECKING = False  # typing itself costs the client ~9 ms: imported for the type checker only
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 SOCK_MAX = 100  # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
 LINE_MAX = 1 << 22
@@ -43,17 +46,22 @@ _IMPORT_ENV = ("LANG", "HOME", "TMPDIR", "XDG_DATA_HOME")
 ORCH_SOURCE = Path(__file__).resolve().parents[2]  # the folder holding the orchestrator package
 
 
-class Place(NamedTuple):
-    sock: Path
-    lock: Path
-    home: Path
+class Place:
+    """A server's socket and lock file, and the ORCH_HOME it serves."""
+
+    __slots__ = ("sock", "lock", "home")
+
+    def __init__(self, sock: Path, lock: Path, home: Path) -> None:
+        self.sock, self.lock, self.home = sock, lock, home
 
 
 def key(home: Path) -> str:
-    """16 hex naming what a server's imports depend on (module docstring)."""
+    """16 hex naming what a server's imports depend on (module docstring): two 32-bit checksums
+    of it (zlib's; hashlib's import alone would cost the client ~5 ms). Only this user's own
+    environments meet in a folder, a handful: two of them alike by chance, ~1 in 10^18."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV)
-    fields = [sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]
-    return hashlib.sha256(json.dumps(fields).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    data = json.dumps([sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]).encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def place() -> Place | None:

@@ -12,7 +12,7 @@ the server sees the connection close and kills the command's process group.
 
 With no server (the first command, one that idled out, or orch's code changed on disk), the
 command runs in this process as it always did, and a server is started in the background for
-the next one. ``ORCH_WARM=0`` turns the whole thing off. Standard library only, and nothing
+the next one. ``ORCH_WARM=0`` turns the whole thing off (``eligible``: on Linux by default). Standard library only, and nothing
 from orch but ``home``, ``ask`` and the wire: a warm command's client starts in ~30 ms.
 """
 
@@ -50,9 +50,12 @@ def main() -> None:
 
 
 def eligible(argv: list[str]) -> bool:
-    """Whether this command may run on a warm server (``ORCH_WARM`` unset or not ``0``)."""
-    return (bool(argv) and argv[0] in wire.WARM_COMMANDS and os.environ.get("ORCH_WARM", "1") != "0"
-            and hasattr(socket, "send_fds") and hasattr(os, "fork"))
+    """Whether this command may run on a warm server: on Linux unless ``ORCH_WARM=0``; elsewhere
+    (macOS) only with ``ORCH_WARM=1`` — forking a process that imported orch's libraries is
+    untried there, and macOS's system frameworks are known to break in forked children."""
+    setting = os.environ.get("ORCH_WARM", "")
+    wanted = setting == "1" or (setting != "0" and sys.platform.startswith("linux"))
+    return bool(argv) and argv[0] in wire.WARM_COMMANDS and wanted and hasattr(socket, "send_fds")
 
 
 def run_warm(argv: list[str]) -> int | None:

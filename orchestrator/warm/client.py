@@ -12,8 +12,8 @@ the server sees the connection close and kills the command's process group.
 
 With no server (the first command, one that idled out, or orch's code changed on disk), the
 command runs in this process as it always did, and a server is started in the background for
-the next one. ``ORCH_WARM=0`` turns the whole thing off (``eligible``: on Linux by default). Standard library only, and nothing
-from orch but ``home``, ``ask`` and the wire: a warm command's client starts in ~30 ms.
+the next one. ``ORCH_WARM=0`` turns the whole thing off (``eligible``: on Linux by default).
+Standard library only, and nothing from orch but ``home``, ``trace``, ``ask`` and the wire.
 """
 
 from __future__ import annotations

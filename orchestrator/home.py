@@ -79,8 +79,8 @@ def take_lock(path: Path) -> int | None:
 
 
 def lock_free(path: Path, then: Callable[[], None] = lambda: None) -> bool:
-    """True when no holder holds (or is starting with) this lock; ``then`` runs while we
-    hold it for that moment."""
+    """True when no process (a holder, a warm server) holds this lock or is starting with it;
+    ``then`` runs while we hold it for that moment."""
     try:
         fd = take_lock(path)
     except OSError:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.holder.wire import ask
 from orchestrator.home import take_lock
 from orchestrator.warm import child, wire
 
@@ -332,14 +333,6 @@ def valid(message: dict[str, Any] | None) -> dict[str, Any] | None:
     return message if ok else None
 
 
-def _ask(sock_path: Path, message: dict[str, Any]) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(2)
-        sock.connect(str(sock_path))
-        wire.send(sock, message)
-        return wire.Lines(sock).next() or {}
-
-
 def stop_servers(home: Path, wait_s: float = 5.0) -> None:
     """Ask every warm server of ``home`` to stop and wait until they ended (tests, and a home
     being removed)."""
@@ -347,10 +340,10 @@ def stop_servers(home: Path, wait_s: float = 5.0) -> None:
     for folder in wire.folders(home):
         for sock_path in sorted(folder.glob("*.sock")) if folder.is_dir() else []:
             try:
-                info = _ask(sock_path, {"op": "ping"})
+                info = ask(sock_path, "ping", timeout=2)  # the holders' op request: the same wire
                 if info.get("home") != str(home):
                     continue
-                _ask(sock_path, {"op": "stop"})
+                ask(sock_path, "stop", timeout=2)
                 pid = int(info["pid"])
             except (OSError, ValueError, KeyError):
                 continue

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.warm import wire
+from orchestrator.holder.wire import ask
 from orchestrator.warm.server import stop_servers
 from tests.support.orch import REPO, Orch, write_job
 from tests.support.slurm import wait_for
@@ -35,15 +35,9 @@ def server_of(env: dict[str, str]) -> Path:
 def ready(env: dict[str, str]) -> int:
     """The pid of the running server for ``env``, once it listens."""
     def ping() -> int | None:
-        import socket
-
         try:
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.settimeout(2)
-                sock.connect(str(server_of(env)))
-                wire.send(sock, {"op": "ping"})
-                return (wire.Lines(sock).next() or {}).get("pid")
-        except OSError:
+            return ask(server_of(env), "ping", timeout=2).get("pid")
+        except (OSError, ValueError):
             return None
     return wait_for("the warm server to listen", ping, timeout=60)
 

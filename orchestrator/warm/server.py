@@ -196,8 +196,8 @@ class Server:
             if request is None:
                 return
             if self.draining or code_stamp() != self.stamp or threading.active_count() > 1:
+                self.drain()  # first: the client that hears "stale" finds the lock free and starts a successor
                 wire.send(conn, {"stale": True})
-                self.drain()
                 return
             pid = os.fork()
             if pid == 0:

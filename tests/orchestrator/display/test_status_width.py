@@ -130,7 +130,10 @@ with open(os.path.join(os.environ["ORCH_JOB_DIR"], "metrics.jsonl"), "w") as f:
 if sys.argv[1] != "0":
     raise RuntimeError("the data loader ran out of shards at epoch 2 while prefetching batch 17")
 """
-LONG_NAME = "tiny-lora-warmup-cosine-sweep-b"  # job ids of 52 characters, shown as 46
+# Job ids of 49 characters (name-yyyymmdd-hhmmss-4hex), shown as their shortest unique prefix:
+# 43 or 44 characters, 46 when two were submitted in the same second (47 or 48 when their hex
+# digits start alike) — 80 columns leave REASON at least its 12 (STATE, STEP and gaps take 20).
+LONG_NAME = "tiny-lora-warmup-cosine-sw-b"
 
 
 def test_status_fits_80_100_160_columns_through_the_cli(orch: Orch) -> None:

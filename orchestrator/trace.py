@@ -42,11 +42,12 @@ _LOCK = threading.Lock()
 PHASE_WIDTH = 12
 
 
-def restart(t0: float) -> None:
-    """Count from ``t0`` (``time.monotonic()`` when the command started): a command the warm
-    server runs counts from its client's start (orchestrator/warm/)."""
-    global _T0
-    _T0 = t0
+def restart(t0: float, setting: str) -> None:
+    """Count from ``t0`` (``time.monotonic()`` when the command started) and trace as
+    ``setting`` (an ``ORCH_TRACE`` value) says: a command the warm server runs counts from its
+    client's start and traces as its client's environment asks (orchestrator/warm/)."""
+    global _T0, _SETTING, ON
+    _T0, _SETTING, ON = t0, setting, setting not in ("", "0")
 
 
 def since_start_ms() -> float:

@@ -47,7 +47,7 @@ def run(request: dict[str, Any], fds: list[int], ctl: socket.socket) -> int:
     os.chdir(request["cwd"])
     _standard_streams()
     sys.argv = ["orch", *request["argv"]]
-    trace.restart(request["t0"])
+    trace.restart(request["t0"], os.environ.get("ORCH_TRACE", ""))
     trace.mark("warm", f"forked by the warm server {os.getppid()}")
     ask.relay = _relay(ctl)
     from orchestrator.cli.main import main

@@ -4,7 +4,8 @@ and the messages. Standard library only (the client imports it before anything e
 A server lives at ``<folder>/<key>.sock`` (with its ``.lock``) in a private folder:
 ``ORCH_HOME/warm``, or ``$TMPDIR/orch-<uid>/warm`` where that path is too long for a socket.
 The key names what the server's imports depend on — the Python, orch's source folder, ORCH_HOME
-and the environment variables read at import time (``ORCH_*``, ``PYTHON*``, the locale's) — so
+and the environment variables read at import time (``ORCH_*`` but ``ORCH_TRACE``, which each
+command reads again; ``PYTHON*``; the locale's) — so
 a command whose environment differs there gets a server of its own, never a wrong one.
 
 Messages are JSON lines. The client sends one byte with its descriptors 0, 1 and 2 and one end
@@ -43,6 +44,7 @@ WARM_COMMANDS = frozenset({"submit", "status", "ls", "logs", "fetch", "cancel", 
 
 _IMPORT_ENV_PREFIXES = ("ORCH_", "PYTHON", "LC_")
 _IMPORT_ENV = ("LANG", "HOME", "TMPDIR", "XDG_DATA_HOME")
+_READ_AGAIN = ("ORCH_TRACE",)  # each command reads it again (child.py): a traced command runs warm too
 ORCH_SOURCE = Path(__file__).resolve().parents[2]  # the folder holding the orchestrator package
 
 
@@ -59,7 +61,8 @@ def key(home: Path) -> str:
     """16 hex naming what a server's imports depend on (module docstring): two 32-bit checksums
     of it (zlib's; hashlib's import alone would cost the client ~5 ms). Only this user's own
     environments meet in a folder, a handful: two of them alike by chance, ~1 in 10^18."""
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV)
+    env = sorted((k, v) for k, v in os.environ.items()
+                 if (k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV) and k not in _READ_AGAIN)
     data = json.dumps([sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]).encode("utf-8", "surrogateescape")
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 

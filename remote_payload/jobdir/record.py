@@ -5,10 +5,20 @@ and ``git.diff`` from the laptop at submit; ``environment.json`` (python, torch,
 and ``pip-freeze.txt`` written by the supervisor on the node, while the job runs (``Recorder``);
 a job shorter than the record reaches its terminal state first, and the record lands a moment
 later (the supervisor refreshes ``manifest.json`` then).
+
+The probe imports torch and ``pip freeze`` reads every installed package: seconds of CPU per
+job. Both answers depend only on the Python and what is installed where it imports from, so
+they are kept under ``<root>/state/environment/`` keyed by a cheap stamp (``STAMP``: the
+interpreter; each ``sys.path`` folder but the current one with its modification time —
+installing, removing or upgrading a package changes its folder's; each editable install's
+source folder with its ``.git``'s — a commit there changes the freeze's ``-e git+…@commit`` line)
+and the variables in ``STAMP_ENV``; a job whose stamp matches copies them. ``nvidia-smi -L``
+runs every time. Not kept: a record whose stamp changed while it was made.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -27,6 +37,41 @@ PROBE = (
     "    out['torch'] = 'unavailable: %s' % exc\n"
     "print(json.dumps(out))\n"
 )
+
+
+STAMP = """
+import json, os, sys
+def mtime(p):
+    try:
+        return os.stat(p).st_mtime_ns
+    except OSError:
+        return None
+def editable(folder):
+    out = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            if name.endswith(".dist-info"):
+                with open(os.path.join(folder, name, "direct_url.json")) as f:
+                    url = json.load(f)
+                if (url.get("dir_info") or {}).get("editable") and url.get("url", "").startswith("file://"):
+                    from urllib.parse import unquote
+                    out.append(unquote(url["url"][len("file://"):]))
+            elif name.endswith(".egg-link"):
+                with open(os.path.join(folder, name)) as f:
+                    out.append(f.readline().strip())
+        except (OSError, ValueError, AttributeError):
+            pass
+    return out
+paths = [p for p in sys.path if p]
+sources = sorted(s for p in paths for s in editable(p))
+print(json.dumps([sys.executable, sys.version, sys.prefix, [[p, mtime(p)] for p in paths],
+                  [[s, mtime(os.path.join(s, ".git"))] for s in sources]]))
+"""
+STAMP_ENV = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME")  # torch.cuda.is_available() reads them
 
 
 class Helpers:
@@ -60,20 +105,61 @@ def _run(argv: List[str], timeout: float = 60, helpers: Optional[Helpers] = None
             helpers.pids.discard(proc.pid)
 
 
-def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = None) -> None:
+def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = None,
+                       cache: Optional[str] = None) -> None:
     """Write environment.json and pip-freeze.txt for this node (each atomically); the helper
-    processes it runs are in ``helpers`` while they run."""
+    processes it runs are in ``helpers`` while they run. ``cache``: the folder of kept records
+    (module docstring), or None to probe every time."""
     repro = os.path.join(job_dir, "repro")
     os.makedirs(repro, exist_ok=True)
-    env: Dict[str, Any] = {}
-    try:
-        env = json.loads(_run([python, "-c", PROBE], 60, helpers) or "{}")
-    except ValueError:
-        pass
+    key = _stamp(python, helpers) if cache else None
+    kept = _kept(cache, key)
+    if kept is not None:
+        env, freeze = kept
+    else:
+        env = {}
+        try:
+            env = json.loads(_run([python, "-c", PROBE], 60, helpers) or "{}")
+        except ValueError:
+            pass
+        freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
+        if cache and key and isinstance(env, dict) and env.get("python") and freeze.strip() \
+                and _stamp(python, helpers) == key:
+            _keep(cache, key, env, freeze)
+    if not isinstance(env, dict):
+        env = {}
     env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20, helpers).splitlines() if line.startswith("GPU ")]
-    freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
     atomic_write_text(os.path.join(repro, "pip-freeze.txt"), freeze)
     atomic_write_json(os.path.join(repro, "environment.json"), env)
+
+
+def _stamp(python: str, helpers: Optional[Helpers]) -> Optional[str]:
+    """The key of ``python``'s environment as it is now (``STAMP``, ``STAMP_ENV``); None when
+    it cannot tell."""
+    out = _run([python, "-c", STAMP], 60, helpers)
+    if not out.strip():
+        return None
+    data = json.dumps([out.strip(), [(k, os.environ.get(k)) for k in STAMP_ENV]])
+    return hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _kept(cache: Optional[str], key: Optional[str]) -> Optional[Tuple[Dict[str, Any], str]]:
+    """The kept (environment, freeze) for ``key``, or None (none kept, or not readable as one)."""
+    if not cache or not key:
+        return None
+    data = read_json(os.path.join(cache, key + ".json"))
+    if not isinstance(data, dict) or not isinstance(data.get("environment"), dict) \
+            or not isinstance(data.get("pip_freeze"), str):
+        return None
+    return dict(data["environment"]), data["pip_freeze"]
+
+
+def _keep(cache: str, key: str, env: Dict[str, Any], freeze: str) -> None:
+    try:
+        os.makedirs(cache, exist_ok=True)
+        atomic_write_json(os.path.join(cache, key + ".json"), {"environment": env, "pip_freeze": freeze})
+    except OSError:  # a full disk, a read-only state folder: the next job probes again
+        pass
 
 
 RECORD_NICE = 10  # while the job runs: the record's helpers get a tenth of a core beside a busy process
@@ -94,20 +180,20 @@ class Recorder:
     system allows it (root may raise a priority again; another user's record finishes at nice
     ``RECORD_NICE``). A record that begins after the job ended runs at normal priority."""
 
-    def __init__(self, job_dir: str, python: str, delay_s: float = 0.0) -> None:
+    def __init__(self, job_dir: str, python: str, delay_s: float = 0.0, cache: Optional[str] = None) -> None:
         self.helpers = Helpers()
         self.error: Optional[BaseException] = None
         self.go = threading.Event()
         self._lowered: Optional[Tuple[int, int]] = None  # (thread id, the priority it had), while lowered
-        self.thread = threading.Thread(target=self._run, args=(job_dir, python, delay_s), name="orch-repro",
+        self.thread = threading.Thread(target=self._run, args=(job_dir, python, delay_s, cache), name="orch-repro",
                                        daemon=True)
         self.thread.start()
 
-    def _run(self, job_dir: str, python: str, delay_s: float) -> None:
+    def _run(self, job_dir: str, python: str, delay_s: float, cache: Optional[str]) -> None:
         if not self.go.wait(delay_s):  # the job still runs: the record yields to it
             self._lower()
         try:
-            record_environment(job_dir, python, self.helpers)
+            record_environment(job_dir, python, self.helpers, cache)
         except Exception as exc:  # noqa: BLE001 - a record that cannot be written never fails the job
             self.error = exc
 

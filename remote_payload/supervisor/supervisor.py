@@ -236,8 +236,7 @@ class Supervisor:
         if not script:
             return 0
         key = hashlib.sha256(json.dumps([script, self.job.get("env", {})], sort_keys=True).encode()).hexdigest()[:16]
-        root = os.path.dirname(os.path.dirname(self.job_dir))  # this node's root: <root>/jobs/<id>
-        marker = os.path.join(root, "state", "setup-%s.done" % key)
+        marker = os.path.join(self.state_dir(), "setup-%s.done" % key)
         if os.path.exists(marker):
             self.say("setup unchanged since its last success on this host: skipped")
             return 0
@@ -352,7 +351,7 @@ class Supervisor:
             code = self.run_step(list(argv), env, started=self.start_background)
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
-            self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
+            self.recorder = self.new_recorder()
         if self.cancelled.is_set() and self.slurm and not allocation.cancel_requested(self.job_dir):
             state, why = allocation.ended_by_slurm(self.job)
             self.finish(state, code, why)
@@ -383,10 +382,18 @@ class Supervisor:
                    for n in nodes]
         return next((r for r in reasons if not r.startswith("job exited with code")), reasons[0])
 
+    def new_recorder(self) -> repro.Recorder:
+        """The environment record of this node, kept for the next job in ``<root>/state/environment``."""
+        return repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S, os.path.join(self.state_dir(), "environment"))
+
+    def state_dir(self) -> str:
+        """This node's ``<root>/state/`` (the job folder is ``<root>/jobs/<id>``)."""
+        return os.path.join(os.path.dirname(os.path.dirname(self.job_dir)), "state")
+
     def start_background(self) -> None:
         """Once the job runs: record the environment (after setup: what the job runs with) and
         keep a manifest of what it writes, both beside it."""
-        self.recorder = repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S)
+        self.recorder = self.new_recorder()
         self.manifests = ManifestCache(self.job_dir, float(self.job.get("heartbeat_s", 2.0)),
                                        read_json(os.path.join(self.job_dir, "manifest.json")))
 

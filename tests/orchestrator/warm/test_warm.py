@@ -73,6 +73,11 @@ def test_a_command_after_the_first_runs_on_the_warm_server_with_the_same_output_
     assert runs["warm"][0].returncode == 2 and "bad.yaml:4" in runs["warm"][0].stderr
     server = ready(env)
     assert [s for _, s in forked_by(trace)] == [server] * 4  # the warm ones, and only those
+    other_trace = tmp_path / "other-trace.txt"  # tracing elsewhere, or not at all: the same server
+    orch("status", env={**env, "ORCH_TRACE": str(other_trace)})
+    orch("status", env={k: v for k, v in env.items() if k != "ORCH_TRACE"})
+    assert [s for _, s in forked_by(other_trace)] == [server] and ready(env) == server
+    assert len(forked_by(trace)) == 4  # the untraced command wrote no trace
 
 
 def test_ctrl_c_sigterm_and_a_killed_client_end_the_command_as_they_would_end_orch(

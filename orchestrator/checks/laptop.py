@@ -49,7 +49,7 @@ import pathspec
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.sync import excluded
-from orchestrator.sync.selection import IgnoreRules, Skipped, select_files
+from orchestrator.sync.selection import Chosen, IgnoreRules, Skipped
 from remote_payload.contract import precision
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -103,8 +103,9 @@ def laptop_checks(loaded: LoadedSpec) -> None:
     laptop_report(loaded)
 
 
-def laptop_report(loaded: LoadedSpec) -> list[str]:
-    """``laptop_checks`` (raising the same errors), then the warnings (``file:line:col: field: ...``)."""
+def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]:
+    """``laptop_checks`` (raising the same errors), then the warnings (``file:line:col: field: ...``).
+    ``chosen``: the workspace's selection when the caller walks it too (``orch submit``)."""
     refused = precision_problems(loaded)
     if refused:
         raise SpecError("\n".join(refused))
@@ -120,8 +121,9 @@ def laptop_report(loaded: LoadedSpec) -> list[str]:
     warnings = outputs_warnings(loaded, args)
     if not refs and not args:
         return warnings
-    skipped = Skipped()
-    files = set(select_files(root, loaded.spec.workspace.exclude, skipped))
+    chosen = chosen if chosen is not None and chosen.root == root else Chosen(root, loaded.spec.workspace.exclude)
+    files = set(chosen.files())
+    skipped = chosen.skipped
     rules = skipped.rules
     assert rules is not None
     problems = []

@@ -19,6 +19,7 @@ from orchestrator.jobs.submit import submit
 from orchestrator.plan.build import plan_text
 from orchestrator.spec.load import LoadedSpec, load_spec
 from orchestrator.sweep.expand import Axis, axes_of, expand
+from orchestrator.sync.selection import Chosen
 
 
 @click.command("submit")
@@ -102,12 +103,13 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
             raise UsageError(f"{flag} {what}: give --sweep KEY=V1,V2 or a sweep: block in the job file")
     if overrides:
         loaded = expand(loaded, [], overrides, None)[0].loaded
-    for warning in laptop_report(loaded):  # the same checks as `orch check`, before connecting
+    chosen = Chosen(loaded.workspace_dir, loaded.spec.workspace.exclude)  # one walk: the checks' and the sync's
+    for warning in laptop_report(loaded, chosen):  # the same checks as `orch check`, before connecting
         app.say(f"warning: {warning}")
     trace.mark("spec", f"{spec_file} read and checked")
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
         done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
-                      pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
+                      pull_remote_edits=pull_remote_edits, keep=connections if follow else None, chosen=chosen)
         plan = done.plan
         if dry_run and as_json:  # the plan with what would be synced and what the ignore rules leave out
             app.json({"dry_run": True, "plan": plan.model_dump(mode="json"), "selection": done.selection})

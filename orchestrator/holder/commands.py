@@ -25,7 +25,8 @@ from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, SSHTransp
 
 IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default
 SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
-MAX_SPARES = 2  # each is a session: OpenSSH allows 10 per connection by default
+SPARES_PER_ARGV = 2  # a command that follows the last at once finds one started a command earlier
+MAX_SPARES = 3  # each is a session: OpenSSH allows 10 per connection by default
 SPARE_BUFFER = 1 << 20  # output a spare keeps before it stops reading (the SSH window holds the rest)
 TICK_S = 0.2  # how soon the accept loop notices a reason to stop
 PROBE_S = min(CONNECT_TIMEOUT_S, 5.0)  # a keepalive round trip slower than this: the spare is not handed out
@@ -139,8 +140,8 @@ class Commands:
         self.spare_cv = threading.Condition(self.lock)  # a spare was started (or failed to)
         self.served = 0
         self.busy: set[Channel] = set()
-        self.spares: dict[tuple[str, ...], Channel] = {}
-        self.starting: set[tuple[str, ...]] = set()
+        self.spares: dict[tuple[str, ...], deque[Channel]] = {}  # oldest first
+        self.starting: set[tuple[str, ...]] = set()  # one at a time per argv
         self.reason: str | None = None
 
     def answers(self) -> bool:
@@ -241,22 +242,36 @@ class Commands:
         return frame(b"L", detail.encode())
 
     def take_spare(self, argv: Sequence[str]) -> Channel | None:
-        """The running spare of ``argv`` (one being started is waited for), or ``None``."""
+        """The oldest running spare of ``argv`` (when there is none, one being started is
+        waited for), or ``None``."""
         key = tuple(argv)
+        dead = []
         with self.spare_cv:
-            self.spare_cv.wait_for(lambda: key not in self.starting, CONNECT_TIMEOUT_S)
-            ch = self.spares.pop(key, None)
-        if ch is not None and not ch.alive():
-            ch.close()
-            return None
+            self.spare_cv.wait_for(lambda: self.spares.get(key) or key not in self.starting, CONNECT_TIMEOUT_S)
+            ready = self.spares.get(key) or deque()
+            ch = None
+            while ready and ch is None:
+                ch = ready.popleft()
+                if not ch.alive():
+                    dead.append(ch)
+                    ch = None
+            if not ready:
+                self.spares.pop(key, None)
+        for gone in dead:
+            gone.close()
         return ch
 
+    def spare_count(self) -> int:
+        """Spares kept, all argv lists together (call under ``lock``)."""
+        return sum(len(q) for q in self.spares.values())
+
     def refill(self, argv: Sequence[str]) -> None:
-        """Start the next spare for ``argv`` in the background (one per argv, a few in all)."""
+        """Start the next spare for ``argv`` in the background: one at a time, until
+        ``SPARES_PER_ARGV`` are kept (``MAX_SPARES`` in all)."""
         key = tuple(argv)
         with self.lock:
-            if self.reason or key in self.spares or key in self.starting or \
-                    len(self.spares) + len(self.starting) >= MAX_SPARES:
+            if self.reason or key in self.starting or len(self.spares.get(key, ())) >= SPARES_PER_ARGV or \
+                    self.spare_count() + len(self.starting) >= MAX_SPARES:
                 return
             self.starting.add(key)
         threading.Thread(target=self._start_spare, args=(key,), daemon=True).start()
@@ -269,16 +284,26 @@ class Commands:
             log.info("could not start a spare: %s", exc)
         with self.spare_cv:
             self.starting.discard(key)
-            if ch is not None and not self.reason:
-                self.spares[key], ch = ch, None
+            kept = ch is not None and not self.reason
+            if kept:
+                self.spares.setdefault(key, deque()).append(ch)
+                ch = None
             self.spare_cv.notify_all()
         if ch is not None:
             ch.close()
+        if kept:
+            self.refill(key)  # the next one, once this one is started
 
     def expire_spares(self) -> None:
         now = time.monotonic()
+        gone = []
         with self.lock:
-            old = [k for k, ch in self.spares.items() if now - ch.born >= SPARE_S or not ch.alive()]
-            gone = [self.spares.pop(k) for k in old]
+            for key in list(self.spares):
+                kept = deque(ch for ch in self.spares[key] if now - ch.born < SPARE_S and ch.alive())
+                gone += [ch for ch in self.spares[key] if ch not in kept]
+                if kept:
+                    self.spares[key] = kept
+                else:
+                    del self.spares[key]
         for ch in gone:
             ch.close()

@@ -5,8 +5,8 @@ after a command connected directly; later commands reach it through ``client.py`
 skip TCP, the SSH handshake and authentication. The holder connects with the pinned host key
 only (``trust=never``), serves each client connection as one exec channel on a thread of its
 own (``commands.py``), and keeps a few started spares for argv lists asked for ``warm`` (their
-output buffered, none lost); the first spare, of the argv its spawner named (orch's helper), is
-started as soon as it is connected. It exits when idle for ``ORCH_HOLD_IDLE_S`` (default 600 s) with
+output buffered, none lost); the first spares, of the argv its spawner named (orch's helper),
+are started as soon as it is connected. It exits when idle for ``ORCH_HOLD_IDLE_S`` (default 600 s) with
 no client, when its SSH connection dies, when its socket is removed or replaced or ORCH_HOME is
 gone, on SIGTERM/SIGINT, and on ``spawn.stop_holders``; it removes its socket only while
 the socket is its own. A second holder for the same place (two CLIs spawning at once) loses
@@ -162,7 +162,7 @@ class Holder(Commands):
         with self.lock:
             return {"active": self.connected() and not self.reason, "pid": os.getpid(),
                     "home": str(self.home), "host": self.host.name, "target": self.host.target,
-                    "clients": self.clients, "served": self.served, "spares": len(self.spares), "version": __version__}
+                    "clients": self.clients, "served": self.served, "spares": self.spare_count(), "version": __version__}
 
     def shutdown(self, listener: socket.socket, reason: str) -> None:
         """Stop listening, remove the socket if it is still ours, end every channel (their
@@ -173,7 +173,7 @@ class Holder(Commands):
         if self.own():
             self.where.sock.unlink()
         with self.lock:
-            channels = [*self.spares.values(), *self.busy]
+            channels = [*(ch for q in self.spares.values() for ch in q), *self.busy]
             self.spares.clear()
             threads = list(self.threads)
         for ch in channels:

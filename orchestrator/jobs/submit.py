@@ -132,16 +132,19 @@ def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: li
 
 def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,
            force: bool = False, pull_remote_edits: bool = False,
-           trust: Callable[[str], bool] = ask_on_tty, keep: ExitStack | None = None) -> Submitted:
+           trust: Callable[[str], bool] = ask_on_tty, keep: ExitStack | None = None,
+           chosen: selection.Chosen | None = None) -> Submitted:
     """Submit the job. ``keep``: the connections stay open until that stack closes (the
-    ``Submitted.remotes`` serve ``--follow``); without it they close on return."""
+    ``Submitted.remotes`` serve ``--follow``); without it they close on return. ``chosen``:
+    the workspace's selection when the caller's checks walked it already."""
     spec = loaded.spec
     hosts = [inventory.resolve(ref) for ref in spec.hosts]
     slurmplan.check_hosts(loaded, hosts)
     secrets.read(spec.secret_env, "orch submit")  # a missing one stops it before anything connects
     workspace = loaded.workspace_dir
-    skipped = selection.Skipped()
-    files = selection.select_files(workspace, spec.workspace.exclude, skipped)
+    if chosen is None or chosen.root != workspace or chosen.exclude != list(spec.workspace.exclude):
+        chosen = selection.Chosen(workspace, spec.workspace.exclude)
+    files, skipped = chosen.files(), chosen.skipped
     trace.mark("selection", f"{len(files)} file(s) chosen in {workspace}")
     warnings = selection.warnings_for(files, skipped)
     project = selection.project_name(workspace)

@@ -247,6 +247,21 @@ def select_files(root: Path, exclude: list[str], skipped: Skipped | None = None)
     return out
 
 
+class Chosen:
+    """One walk of a workspace (``select_files``), made when first asked for and shared by
+    what one command does with it: ``orch submit``'s checks and its sync."""
+
+    def __init__(self, root: Path, exclude: list[str]) -> None:
+        self.root, self.exclude = root, list(exclude)
+        self.skipped = Skipped()
+        self._files: dict[str, LocalFile] | None = None
+
+    def files(self) -> dict[str, LocalFile]:
+        if self._files is None:
+            self._files = select_files(self.root, self.exclude, self.skipped)
+        return self._files
+
+
 def warnings_for(files: dict[str, LocalFile], skipped: Skipped | None = None) -> list[str]:
     """Likely secrets, a too-large workspace, and what was skipped, each with a hint."""
     out = []

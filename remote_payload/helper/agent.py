@@ -99,7 +99,7 @@ class Agent:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise AgentError(str(exc)) from None
         os.makedirs(code, exist_ok=True)
-        atomic_write_json(os.path.join(tmp, SNAPSHOT), snapshot_record(code, linked))
+        atomic_write_json(os.path.join(tmp, SNAPSHOT), snapshot_record(code, linked), compact=True)
         repro.write_submission(os.path.join(tmp, "repro"), request.get("repro") or {})
         os.makedirs(os.path.join(tmp, "logs"))
         atomic_write_json(os.path.join(tmp, "job.json"), job)
@@ -250,7 +250,7 @@ class Agent:
             status = read_json(os.path.join(d, "status.json")) or {"job_id": job_id}
             status.update(state="cancelled", reason="cancelled (supervisor was gone)", ended=time.time())
             manifest_path = os.path.join(d, "manifest.json")
-            atomic_write_json(manifest_path, build_manifest(d, read_json(manifest_path)))
+            atomic_write_json(manifest_path, build_manifest(d, read_json(manifest_path)), compact=True)
             atomic_write_json(os.path.join(d, "status.json"), status)
             st = self.probe(job_id)
         return st

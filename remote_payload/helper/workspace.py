@@ -170,7 +170,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                     if member.name != ".orch-sync.json":
                         raise SyncError("sync stream must start with .orch-sync.json")
                     control = json.loads(tar.extractfile(member).read().decode("utf-8"))
-                    atomic_write_json(p["pending"], {"entries": control.get("changed", control.get("entries"))})
+                    atomic_write_json(p["pending"], {"entries": control.get("changed", control.get("entries"))},
+                                      compact=True)
                     control["entries"] = _entries(control, old)
                     continue
                 dest = safe_join(p["ws"], member.name)
@@ -242,7 +243,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     source = control.get("source") if isinstance(control.get("source"), dict) else {}
     generation = os.urandom(8).hex()
     atomic_write_json(p["record"], {"files": files, "source": {k: str(v)[:300] for k, v in source.items()},
-                                    "generation": generation})
+                                    "generation": generation}, compact=True)
     os.unlink(p["pending"])
     out = {"written": written, "deleted": deleted, "bytes": nbytes, "workspace": p["ws"], "generation": generation}
     if finish is not None:
@@ -396,7 +397,7 @@ def _record_cut(p: Dict[str, str], whole: Dict[str, Any], old: Dict[str, Any], a
         files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
     try:
         atomic_write_json(p["record"], {"files": files, "generation": os.urandom(8).hex(), "partial": partial,
-                                        "source": whole.get("source") or {}})
+                                        "source": whole.get("source") or {}}, compact=True)
         os.unlink(p["pending"])
     except OSError:
         pass

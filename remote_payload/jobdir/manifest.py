@@ -52,7 +52,7 @@ def keep_hashes(job_dir: str, files: "list[Dict[str, Any]]") -> None:
              and os.path.lexists(os.path.join(job_dir, f["path"]))}
     cache.update((f["path"], f) for f in files)
     try:
-        atomic_write_json(path, {"files": sorted(cache.values(), key=lambda f: f["path"])})
+        atomic_write_json(path, {"files": sorted(cache.values(), key=lambda f: f["path"])}, compact=True)
     except OSError:
         pass
 

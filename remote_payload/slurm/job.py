@@ -115,7 +115,7 @@ def finalize(job_dir: str, state: str, reason: str, force: bool = False) -> Dict
         if st.get("state") in TERMINAL and not force:
             return st
         manifest_path = os.path.join(job_dir, "manifest.json")
-        atomic_write_json(manifest_path, build_manifest(job_dir, read_json(manifest_path)))
+        atomic_write_json(manifest_path, build_manifest(job_dir, read_json(manifest_path)), compact=True)
         st.update(state=state, reason=reason, ended=time.time())
         atomic_write_json(path, st)
         return st

@@ -55,7 +55,7 @@ def refresh_late(job_dir: str, recorder: Any, attempt: int, written: Optional[tu
         if written is None or file_key(manifest_path) != written:
             return
         try:
-            atomic_write_json(manifest_path, build_manifest(job_dir, read_json(manifest_path)))
+            atomic_write_json(manifest_path, build_manifest(job_dir, read_json(manifest_path)), compact=True)
         except OSError:
             pass  # the manifest written at the end stands: complete for what the job wrote
 

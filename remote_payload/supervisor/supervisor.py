@@ -278,7 +278,8 @@ class Supervisor:
         with Flock(self.job_dir):  # an earlier attempt's late refresh (onfinish.refresh_late) never crosses it
             for _ in range(2):  # again once the reserve is given up, when the disk was full
                 try:
-                    atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)))
+                    atomic_write_json(manifest_path, build_manifest(self.job_dir, cached or read_json(manifest_path)),
+                                      compact=True)
                     self.manifest_written = file_key(manifest_path)
                     break
                 except OSError as exc:
@@ -384,7 +385,8 @@ class Supervisor:
 
     def new_recorder(self) -> repro.Recorder:
         """The environment record of this node, kept for the next job in ``<root>/state/environment``."""
-        return repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S, os.path.join(self.state_dir(), "environment"))
+        cache = os.path.join(self.state_dir(), "environment")
+        return repro.Recorder(self.job_dir, sys.executable, RECORD_DELAY_S, cache)
 
     def state_dir(self) -> str:
         """This node's ``<root>/state/`` (the job folder is ``<root>/jobs/<id>``)."""

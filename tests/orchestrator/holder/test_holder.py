@@ -252,15 +252,23 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         assert read_until(first, b"one\n").endswith(b"one\n")
         first.close_stdin()
         assert first.read() == b"" and first.wait() == 0
-        spare = wait_until(lambda: {p.name for p in marks.iterdir()} - {pid1}, "the spare to start")
+        spares = wait_until(lambda: len(started := {p.name for p in marks.iterdir()} - {pid1}) == 2 and started,
+                            "the two spares to start, one after the other")
         second = transport.start(argv, warm=True)
-        assert read_until(second, b"\n") == b"x" * early + f" ready {spare.pop()}\n".encode()
+        out = read_until(second, b"\n")
+        pid2 = out.split()[-1].decode()
+        assert out == b"x" * early + f" ready {pid2}\n".encode() and pid2 in spares
         second.write(b"two\n")
         assert read_until(second, b"two\n") == b"two\n"
         second.close_stdin()
         assert second.wait() == 0
-        before = wait_until(lambda: len(list(marks.iterdir())) == 3 and {p.name for p in marks.iterdir()},
+        before = wait_until(lambda: len(list(marks.iterdir())) == 4 and {p.name for p in marks.iterdir()},
                             "the next spare to start")
+        time.sleep(1)
+        assert len(list(marks.iterdir())) == 4  # two kept, no more
+        third = transport.start(argv, warm=True)
+        assert read_until(third, b"\n").split()[-1].decode() in spares - {pid2}  # the older of the two kept
+        third.kill()
         cold = transport.start(argv)  # not warm: never a spare
         assert read_until(cold, b"\n").split()[-1].decode() not in before
         cold.kill()
@@ -363,11 +371,12 @@ def test_a_holder_keeps_a_spare_of_its_spawners_helper_from_its_start(
         with open_transport(host, None, lambda fp: False, warm=argv) as transport:  # direct: spawns the holder
             assert not isinstance(transport, HeldTransport) and transport.run(["true"]).ok
         holder(home)
-        spare = wait_until(lambda: {p.name for p in marks.iterdir()}, "the holder's first spare to start")
+        spares = wait_until(lambda: {p.name for p in marks.iterdir()}, "the holder's first spare to start")
         with open_transport(host, None, lambda fp: False) as transport:  # nobody asked for it before: it is there
             assert isinstance(transport, HeldTransport)
             proc = transport.start(argv, warm=True)
-            assert read_until(proc, b"\n") == f"ready {spare.pop()}\n".encode()
+            out = read_until(proc, b"\n").decode()
+            assert out.startswith("ready ") and out.split()[1] in spares
             proc.close_stdin()
             assert proc.wait() == 0
     finally:

@@ -4,6 +4,12 @@ Promises: TCP_NODELAY and keepalive on the socket; connect retried with backoff 
 errors (never on an authentication or host-key failure); the host key must equal the one
 pinned in the inventory entry, or the caller must have asked to trust it; every failure to
 connect is a ``HostError`` (exit 3) that says what was tried.
+
+The data path (``transport``): AES-GCM preferred when the server offers it (one pass per packet
+where CTR adds an HMAC pass, both in Python's per-packet loop), an 8 MiB window and 128 KiB
+packets announced for each channel (fewer packets and window adjustments for what the server
+sends; a server sends at most its own packet limit). Measured on loopback, one 200 MB stream:
+~140 MB/s with paramiko's defaults, ~200 MB/s with these (bench/throughput.py).
 """
 
 from __future__ import annotations
@@ -27,6 +33,18 @@ from orchestrator.transport.base import Process, Transport
 CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))
 CONNECT_ATTEMPTS = int(os.environ.get("ORCH_CONNECT_ATTEMPTS", "3"))
 KEEPALIVE_S = float(os.environ.get("ORCH_KEEPALIVE_S", "10"))
+WINDOW_BYTES = 8 << 20
+MAX_PACKET_BYTES = 128 << 10
+
+
+def transport(sock: socket.socket, disabled_algorithms: dict[str, list[str]] | None = None) -> paramiko.Transport:
+    """paramiko's ``Transport`` with the data path of the module docstring (``SSHClient``'s
+    ``transport_factory``); every cipher paramiko offers stays offered, GCM first."""
+    made = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms, default_window_size=WINDOW_BYTES,
+                              default_max_packet_size=MAX_PACKET_BYTES)
+    options = made.get_security_options()
+    options.ciphers = tuple(sorted(options.ciphers, key=lambda name: "-gcm@" not in name))
+    return made
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -185,6 +203,7 @@ class SSHTransport(Transport):
                     key_filename=identity, sock=sock, timeout=CONNECT_TIMEOUT_S,
                     banner_timeout=CONNECT_TIMEOUT_S, auth_timeout=CONNECT_TIMEOUT_S,
                     allow_agent=True, look_for_keys=identity is None and password is None,
+                    transport_factory=transport,
                 )
             except paramiko.BadHostKeyException as exc:
                 client.close()

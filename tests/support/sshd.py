@@ -54,8 +54,9 @@ class SSHServer:
             self.proc.kill()
 
 
-def start_sshd(workdir: Path, host_key: Path | None = None, port: int | None = None) -> SSHServer:
-    """Start sshd in the foreground on a free port; return once it accepts connections."""
+def start_sshd(workdir: Path, host_key: Path | None = None, port: int | None = None, extra: str = "") -> SSHServer:
+    """Start sshd in the foreground on a free port; return once it accepts connections.
+    ``extra``: more sshd_config lines (``Ciphers aes128-ctr``, say)."""
     workdir.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", exist_ok=True)
     if host_key is None:
@@ -75,7 +76,7 @@ def start_sshd(workdir: Path, host_key: Path | None = None, port: int | None = N
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {workdir}/sshd.pid\n"
         f"AuthorizedKeysFile {auth} .ssh/authorized_keys\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n"
         "PasswordAuthentication yes\nKbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n"
-        "LogLevel ERROR\nMaxStartups 100:30:200\nMaxSessions 100\nClientAliveInterval 0\n"
+        "LogLevel ERROR\nMaxStartups 100:30:200\nMaxSessions 100\nClientAliveInterval 0\n" + extra
     )
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
                             stderr=open(workdir / "sshd.log", "ab"))

@@ -245,7 +245,7 @@ class Commands:
         """The oldest running spare of ``argv`` (when there is none, one being started is
         waited for), or ``None``."""
         key = tuple(argv)
-        dead = []
+        dead: list[Channel] = []
         with self.spare_cv:
             self.spare_cv.wait_for(lambda: self.spares.get(key) or key not in self.starting, CONNECT_TIMEOUT_S)
             ready = self.spares.get(key) or deque()
@@ -296,7 +296,7 @@ class Commands:
 
     def expire_spares(self) -> None:
         now = time.monotonic()
-        gone = []
+        gone: list[Channel] = []
         with self.lock:
             for key in list(self.spares):
                 kept = deque(ch for ch in self.spares[key] if now - ch.born < SPARE_S and ch.alive())

@@ -32,6 +32,14 @@ random init (`--model`), the tiny BPE tokenizer; fp32 (bf16 on a GPU), batch 8/p
 seed 42, fused AdamW, torchrun (gloo), OMP_NUM_THREADS set; layout PxT = P processes x T threads.
 TRL's padding-free steps are ~8x slower on CPU, so it runs `--trl-steps` (1 warm-up): its timed
 window is still the longest in seconds. Not a test: read the ratios.
+
+`--epoch`: each layout's data is exactly `--steps` x processes x batch examples, so every
+implementation that feeds one example per row (all but `ours-pack` and `trl`) trains on the same
+examples, each once, and its timed window holds all of them but its warm-up steps'. Without it the
+data is larger than a run and each sampler puts other examples in the window: a token's cost
+rises with its sequence's length, so the rows then compare different work (measured 2026-12-02:
+the windows of `ours` and `hf-group` held examples of 132 and 183 tokens on average at 1x1, 171
+and 123 at 2x1). Use it with a long run (`--steps 48 --warmup 2`).
 """
 
 from __future__ import annotations
@@ -362,6 +370,8 @@ def main() -> None:
     parser.add_argument("--model", default="bench-gpt2", choices=sorted(MODELS), help="the random-init GPT-2 (%(default)s)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: bf16 autocast, one GPU per process")
     parser.add_argument("--hf-compile", action="store_true", help="torch_compile=True for Trainer and SFTTrainer")
+    parser.add_argument("--epoch", action="store_true", help="data of exactly steps x processes x batch examples "
+                        "per layout: every row's timed window holds the same examples (module docstring)")
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--data", default="text", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -386,6 +396,8 @@ def main() -> None:
     procs = max(int(x.split("x")[0]) for x in layouts)
     # No implementation wraps around the data: a packed row holds ~4 examples (mean ~119 tokens).
     data, dist = alpaca_data.write_alpaca(a.assets, max(4096, a.steps * procs * BATCH * 6), SEED)
+    per_layout = {lay: (alpaca_data.write_alpaca(a.assets, a.steps * int(lay.split("x")[0]) * BATCH, SEED)[0]
+                        if a.epoch else data) for lay in layouts}
     n_layer, n_embd = MODELS[a.model][:2]
     where = "CPU" if a.device == "cpu" else _gpu_name()
     print(f"# Useful tokens/s, variable-length instruction data, {where}\n\n{header(a.repo)}.\nGPT-2 {n_layer}x{n_embd} "
@@ -393,7 +405,9 @@ def main() -> None:
           f"{'torch_compile on the HF rows, ' if a.hf_compile else ''}batch {BATCH}/process, max_length {MAX_LEN}, {a.steps} steps ({a.warmup} warm-up; TRL "
           f"{a.trl_steps} (1), in {min(a.trl_repeat, a.repeat)} round(s)), median (min–max) of {a.repeat} interleaved rounds. Data {data.name}: {dist['n']} examples, "
           f"tokens/example min {dist['min']}, median {dist['median']:.0f}, mean {dist['mean']:.1f}, p90 {dist['p90']}, "
-          f"max {dist['max']}.\n", flush=True)
+          f"max {dist['max']}"
+          + (f"; --epoch: each layout trains once on steps x processes x {BATCH} examples of this distribution" if a.epoch else "")
+          + ".\n", flush=True)
     cells: dict[tuple[str, str], list[dict]] = {(i, lay): [] for lay in layouts for i in impls}
     with tempfile.TemporaryDirectory(prefix="orch-bench-trainer-") as tmp:
         for rnd, order in enumerate(rotations(list(cells), a.repeat)):
@@ -402,7 +416,7 @@ def main() -> None:
                     continue
                 steps, warmup = (a.trl_steps, 1) if impl == "trl" else (a.steps, a.warmup)
                 try:
-                    res = run_impl(impl, a.assets, data.name, a.mode, lay, steps, warmup, Path(tmp), a.repo,
+                    res = run_impl(impl, a.assets, per_layout[lay].name, a.mode, lay, steps, warmup, Path(tmp), a.repo,
                                    model=a.model, device=a.device, hf_compile=a.hf_compile)
                 except RuntimeError as exc:
                     if impl != "trl":

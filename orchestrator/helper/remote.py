@@ -33,6 +33,7 @@ from orchestrator.termtext import clean
 from orchestrator.transport import shell
 from orchestrator.transport.base import CommandFailed, Result, Transport
 from remote_payload.contract import protocol
+from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import REPLY, ProtocolError
 
 START_S = float(os.environ.get("ORCH_HELPER_START_S", "120"))  # login shell + python start, at most
@@ -246,23 +247,25 @@ def root_not_writable(host: Host, stderr: bytes) -> RootNotWritable | None:
     return None
 
 
+HEADER_MAX = 1 << 16  # bytes of one file header line in a ``send`` stream (a long path, escaped)
+
+
 class FileStream:
     """Reads the agent's ``send`` stream: JSON header lines, each followed by raw bytes."""
 
     def __init__(self, proc: Any) -> None:
-        self.proc, self.buf = proc, b""
+        self.proc, self.buf = proc, ByteQueue()
 
     def _fill(self) -> bool:
         chunk = self.proc.read(1 << 20)
-        self.buf += chunk
+        self.buf.put(chunk)
         return bool(chunk)
 
     def header(self) -> dict[str, Any]:
-        while b"\n" not in self.buf:
-            if len(self.buf) > 4096 or not self._fill():
+        while (line := self.buf.line(HEADER_MAX)) is None:
+            if len(self.buf) > HEADER_MAX or not self._fill():
                 err = self.proc.stderr.decode("utf-8", "replace").strip()[-400:] if hasattr(self.proc, "stderr") else ""
                 raise RemoteError(f"the file stream broke off{': ' + err if err else ''}")
-        line, _, self.buf = self.buf.partition(b"\n")
         try:
             value = json.loads(line)
         except ValueError:
@@ -274,5 +277,4 @@ class FileStream:
     def take(self, n: int) -> bytes:
         if not self.buf and not self._fill():
             raise RemoteError("the file stream broke off mid-file")
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+        return self.buf.take(n)

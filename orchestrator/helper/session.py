@@ -19,9 +19,11 @@ from typing import Any, Callable
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process
 from remote_payload.contract import protocol
+from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame
 
 MAX_PREAMBLE = 1 << 20  # what a login shell may print before the helper starts
+READ_BYTES = 16 << 20  # at least the SSH window (``transport/ssh.py``): one read takes all it holds
 
 
 class HelperEnded(Exception):
@@ -32,14 +34,15 @@ class Session:
     """One running ``serve`` helper; requests go through it one at a time."""
 
     def __init__(self, proc: Process) -> None:
-        self.proc, self.buf, self.broken = proc, b"", False
+        self.proc, self.buf, self.broken = proc, ByteQueue(), False
 
     def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes (``protocol.read_frame`` loops); ``b""`` when the helper ended."""
+        """Up to ``n`` bytes (``protocol.read_frame`` loops); ``b""`` when the helper ended.
+        Reads whatever the transport holds (up to ``READ_BYTES``): a transport that keeps its
+        data in one buffer moves the rest of it on each partial read (paramiko's channel does)."""
         if not self.buf:
-            self.buf = self.proc.read(max(n, 1 << 16))
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+            self.buf.put(self.proc.read(max(n, READ_BYTES)))
+        return self.buf.take(n)
 
     def wait_ready(self) -> bytes:
         """Read up to the helper's MAGIC; ``HelperEnded`` (with what was printed) when the
@@ -53,7 +56,8 @@ class Session:
             if len(seen) > MAX_PREAMBLE:
                 self.broken = True
                 raise ProtocolError("over 1 MiB of output before orch's helper started (a chatty login profile?)")
-        before, _, self.buf = seen.partition(protocol.MAGIC)
+        before, _, rest = seen.partition(protocol.MAGIC)
+        self.buf.put(rest)
         return before
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
@@ -147,7 +151,7 @@ class StreamCall(Process):
         self.session, self.op, self._release, self._broken = session, op, release, broken
         self.command = f"{session.proc.command} ({op})"
         self.result: dict[str, Any] | None = None
-        self._pending = b""
+        self._pending = ByteQueue()
         self._input_done = not protocol.REQUESTS[op].reads
 
     def write(self, data: bytes) -> None:
@@ -174,7 +178,7 @@ class StreamCall(Process):
             except (HelperEnded, ProtocolError) as exc:
                 raise self._broken(self.op, self.session, exc) from None
             if kind == DATA:
-                self._pending = payload
+                self._pending.put(payload)
             elif kind == REPLY:
                 try:
                     self.result = self.session.reply(self.op, payload)
@@ -185,8 +189,7 @@ class StreamCall(Process):
                 self._release(self.session)
             else:
                 raise self._broken(self.op, self.session, ProtocolError(f"a {kind!r} frame in the answer"))
-        out, self._pending = self._pending[:size], self._pending[size:]
-        return out
+        return self._pending.take(size)
 
     def wait(self) -> int:
         while self.read(1 << 20):

@@ -13,7 +13,6 @@ import socket
 import stat
 import struct
 import threading
-from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,8 +22,10 @@ from orchestrator.holder.wire import Reader, ask, connect, frame, lock_free, pla
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
+from remote_payload.contract.bytequeue import ByteQueue
 
 WINDOW = 1 << 20        # stdin bytes in flight before ``write`` waits for the holder's acks
+STDIN_FRAME = 1 << 18   # stdin bytes per frame: four in flight
 OUT_BUFFER = 4 << 20    # stdout bytes kept for ``read`` before the reader stops taking more
 REPLY_S = 60.0          # how long a client waits for the holder's S/X answer
 VIA = " (through the connection holder)"
@@ -77,8 +78,8 @@ class HeldProcess(Process):
         self.command, self._t, self._sock, self._reader = command, transport, sock, reader
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
-        self._out: deque[bytes] = deque()
-        self._out_bytes = self._inflight = 0
+        self._out = ByteQueue()
+        self._inflight = 0
         self._err: list[bytes] = []
         self._code: int | None = None
         self._lost: str | None = None
@@ -94,10 +95,9 @@ class HeldProcess(Process):
                 kind, payload = got
                 with self._cond:
                     if kind == b"O":
-                        self._out.append(payload)
-                        self._out_bytes += len(payload)
+                        self._out.put(payload)
                         self._cond.notify_all()
-                        while self._out_bytes > OUT_BUFFER and not self._killed:
+                        while len(self._out) > OUT_BUFFER and not self._killed:
                             self._cond.wait()
                     elif kind == b"E":
                         self._err.append(payload)
@@ -136,7 +136,7 @@ class HeldProcess(Process):
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            chunk = bytes(view[:1 << 16])
+            chunk = bytes(view[:STDIN_FRAME])
             with self._cond:
                 while self._inflight + len(chunk) > WINDOW and not self._done() and not self._killed:
                     self._cond.wait()
@@ -165,11 +165,7 @@ class HeldProcess(Process):
                 if self._code is not None:
                     return b""
                 raise self.lost()
-            chunk = self._out.popleft()
-            if len(chunk) > size:
-                self._out.appendleft(chunk[size:])
-                chunk = chunk[:size]
-            self._out_bytes -= len(chunk)
+            chunk = self._out.take(size)
             self._cond.notify_all()
             return chunk
 

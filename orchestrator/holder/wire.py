@@ -32,6 +32,7 @@ from typing import Any
 from orchestrator import __version__
 from orchestrator.home import laptop_id, lock_free, orch_home, private_folder, take_lock
 from orchestrator.hosts.inventory import Host
+from remote_payload.contract.bytequeue import ByteQueue
 
 SOCK_MAX = 100          # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
 MAX_FRAME = 1 << 20
@@ -45,18 +46,17 @@ class Reader:
     """Buffered reads of lines and frames from a stream socket; ``None`` at EOF."""
 
     def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.buf = sock, b""
+        self.sock, self.buf = sock, ByteQueue()
 
-    def _fill(self) -> bool:
-        chunk = self.sock.recv(1 << 16)
-        self.buf += chunk
+    def _fill(self, want: int = 1 << 16) -> bool:
+        chunk = self.sock.recv(max(want, 1 << 16))
+        self.buf.put(chunk)
         return bool(chunk)
 
     def line(self, limit: int = MAX_FRAME) -> bytes | None:
-        while b"\n" not in self.buf:
+        while (line := self.buf.line(limit)) is None:
             if len(self.buf) > limit or not self._fill():
                 return None
-        line, _, self.buf = self.buf.partition(b"\n")
         return line
 
     def frame(self) -> tuple[bytes, bytes] | None:
@@ -64,14 +64,14 @@ class Reader:
         while len(self.buf) < 5:
             if not self._fill():
                 return None
-        kind, length = self.buf[:1], struct.unpack(">I", self.buf[1:5])[0]
+        head = self.buf.take(5)
+        kind, length = head[:1], struct.unpack(">I", head[1:5])[0]
         if length > MAX_FRAME:
             raise ValueError("oversized frame")
-        while len(self.buf) < 5 + length:
-            if not self._fill():
+        while len(self.buf) < length:
+            if not self._fill(length - len(self.buf)):
                 return None
-        payload, self.buf = self.buf[5:5 + length], self.buf[5 + length:]
-        return kind, payload
+        return kind, self.buf.take(length)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from orchestrator.jobs.nodes import job_status, nodes_of, parallel, probe
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import CleanDecoder
 from orchestrator.transport.base import never
+from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import TERMINAL
 
 MAX_BACKOFF_S = 30.0
@@ -37,22 +38,21 @@ class _Frames:
     """Reads ``follow``'s frames; a silence longer than ``timeout`` is a lost connection."""
 
     def __init__(self, remote: Remote, proc: StreamCall, timeout: float) -> None:
-        self.remote, self.proc, self.buf = remote, proc, b""
+        self.remote, self.proc, self.buf = remote, proc, ByteQueue()
         if hasattr(proc, "settimeout"):
             proc.settimeout(timeout)
 
     def _exactly(self, n: int) -> bytes:
         while len(self.buf) < n:
             try:
-                chunk = self.proc.read(max(65536, n - len(self.buf)))
+                chunk = self.proc.read(max(1 << 20, n - len(self.buf)))
             except socket.timeout:
                 raise HostError("no data or heartbeat from the server: the connection stalled") from None
             if not chunk:  # the reply came before the end frame: it says why
                 self.remote.finish(self.proc, "reading the log")
                 raise RemoteError(f"{self.remote.host.name}: the log stream ended without its end frame")
-            self.buf += chunk
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+            self.buf.put(chunk)
+        return self.buf.take(n)
 
     def next(self) -> tuple[bytes, bytes]:
         head = self._exactly(5)

@@ -18,6 +18,7 @@ import time
 from typing import IO, Any, Callable, Dict, Optional
 
 from remote_payload.contract import protocol
+from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 from remote_payload.gpuqueue import queue as gpuqueue
 from remote_payload.helper import netcheck, stage, streams, workspace
@@ -36,7 +37,7 @@ class Input:
     """The request's byte stream: ``D`` frames up to the ``E`` frame, read like a file."""
 
     def __init__(self, stream: IO[bytes]) -> None:
-        self.stream, self.buf, self.ended = stream, b"", False
+        self.stream, self.buf, self.ended = stream, ByteQueue(), False
 
     def read(self, n: int = -1) -> bytes:
         while not self.ended and (n < 0 or len(self.buf) < n):
@@ -47,17 +48,13 @@ class Input:
             if kind == END:
                 self.ended = True
             elif kind == DATA:
-                self.buf += payload
+                self.buf.put(payload)
             else:
                 raise ProtocolError("a %r frame inside a stream" % kind)
-        if n < 0:
-            n = len(self.buf)
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+        return self.buf.take(n)
 
     def drain(self) -> None:
         while not self.ended:
-            self.buf = b""
             self.read(1 << 20)
 
 

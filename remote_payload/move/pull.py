@@ -23,6 +23,7 @@ import threading
 from typing import Any, Dict, List, Optional
 
 from remote_payload.contract import protocol
+from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.move import job as movejob
 
 KEYS = ".orch-move-keys"
@@ -51,7 +52,7 @@ class Frames:
     the R frame (kept in ``reply``)."""
 
     def __init__(self, stream: Any) -> None:
-        self.stream, self.buf, self.reply = stream, b"", None  # type: Any
+        self.stream, self.buf, self.reply = stream, ByteQueue(), None  # type: Any
 
     def read(self, n: int = -1) -> bytes:
         while self.reply is None and (n < 0 or len(self.buf) < n):
@@ -60,14 +61,12 @@ class Frames:
                 raise movejob.MoveError("the source's helper ended mid-stream")
             kind, payload = got
             if kind == protocol.DATA:
-                self.buf += payload
+                self.buf.put(payload)
             elif kind == protocol.REPLY:
                 self.reply = json.loads(payload.decode("utf-8"))
             else:
                 raise movejob.MoveError("the source's helper sent a %r frame" % kind)
-        n = len(self.buf) if n < 0 else n
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+        return self.buf.take(n)
 
 
 def pull(root: str, job_id: str, key: str, address: str, port: int, user: str, host_key: str, command: str,

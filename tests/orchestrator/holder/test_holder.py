@@ -25,6 +25,7 @@ from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError
 from orchestrator.holder import spawn
 from orchestrator.holder.client import HeldTransport
+from orchestrator.holder.commands import SPARES_PER_ARGV
 from orchestrator.holder.spawn import running, stop_holders
 from orchestrator.holder.wire import Reader
 from orchestrator.hosts.inventory import Host
@@ -371,7 +372,10 @@ def test_a_holder_keeps_a_spare_of_its_spawners_helper_from_its_start(
         with open_transport(host, None, lambda fp: False, warm=argv) as transport:  # direct: spawns the holder
             assert not isinstance(transport, HeldTransport) and transport.run(["true"]).ok
         holder(home)
-        spares = wait_until(lambda: {p.name for p in marks.iterdir()}, "the holder's first spare to start")
+        # Both spares (SPARES_PER_ARGV): they start one after the other, but the second's shell
+        # may run before the first's, so "the first mark" need not be the first spare.
+        spares = wait_until(lambda: len(names := {p.name for p in marks.iterdir()}) >= SPARES_PER_ARGV and names,
+                            "the holder's spares to start")
         with open_transport(host, None, lambda fp: False) as transport:  # nobody asked for it before: it is there
             assert isinstance(transport, HeldTransport)
             proc = transport.start(argv, warm=True)

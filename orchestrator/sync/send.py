@@ -36,14 +36,22 @@ COPY_BYTES = 1 << 20  # a file's bytes are read, hashed and written in blocks of
 
 
 class _ProcessWriter(io.RawIOBase):
+    """The process's stdin as a raw file that counts what was written (``tell``: tarfile's
+    ``w`` mode asks once); once ``dropped`` (the stream failed), writes go nowhere."""
+
     def __init__(self, proc: Process) -> None:
-        self.proc = proc
+        self.proc, self.written, self.dropped = proc, 0, False
 
     def writable(self) -> bool:
         return True
 
+    def tell(self) -> int:
+        return self.written
+
     def write(self, data: Any) -> int:
-        self.proc.write(bytes(data))
+        if not self.dropped:
+            self.proc.write(bytes(data))
+            self.written += len(data)
         return len(data)
 
 
@@ -69,42 +77,59 @@ class _HashingReader:
 def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
     """Write the plan as one tar to ``proc``; return the files that changed between planning
     and sending (or while being read): their server copy may be torn, so they go again."""
-    changed: list[str] = []
-    with tarfile.open(fileobj=_ProcessWriter(proc), mode="w|", bufsize=COPY_BYTES) as tar:
-        tar.copybufsize = COPY_BYTES  # tarfile's 16 KiB reads cost a Python round (and a copy of its buffer) each
-        source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
-        control = json.dumps(dict(plan.control(), source=source)).encode()
-        info = tarfile.TarInfo(".orch-sync.json")
-        info.size = len(control)
-        tar.addfile(info, io.BytesIO(control))
-        for rel in plan.send:
-            entry = plan.entries[rel]
-            info = tarfile.TarInfo(rel)
-            if entry["link"] is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
-                tar.addfile(info)
-                continue
-            try:
-                f = open(root / rel, "rb")
-            except FileNotFoundError:
-                changed.append(rel)  # deleted since planning: not sent; the next round drops it
-                continue
-            with f:
-                before = os.fstat(f.fileno())
-                info.size, info.mode = before.st_size, entry["mode"]
-                start = _resume(f, info, plan.resume.get(rel))
-                reader = _HashingReader(f, info.size, start)
-                tar.addfile(info, reader)
-                after = os.fstat(f.fileno())
-            stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
-                     (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these
-            if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
-                changed.append(rel)
-            else:  # what the server now holds: a staged tree is checked against it (SyncPlan.control)
-                entry["sha256"] = reader.hash.hexdigest()
-            if progress:
-                progress(info.size)
+    # tarfile's plain "w" mode writes through to the file (its stream mode keeps one buffer it
+    # grows by concatenation); the C BufferedWriter gathers headers and small files into
+    # COPY_BYTES writes, and a file's own blocks pass straight through.
+    raw = _ProcessWriter(proc)
+    out = io.BufferedWriter(raw, COPY_BYTES)
+    try:
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            tar.copybufsize = COPY_BYTES
+            changed = _write_members(tar, root, plan, progress)
+        out.flush()  # with tar's end blocks (a tar leaves a file it did not open open)
+    except BaseException:
+        raw.dropped = True  # what the buffer holds is never sent, nor flushed when it is collected
+        raise
     proc.close_stdin()
+    return changed
+
+
+def _write_members(tar: tarfile.TarFile, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
+    """``.orch-sync.json``, then every file and symlink of ``plan.send``; the files that changed
+    while they were read (``_write_stream``)."""
+    changed: list[str] = []
+    source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
+    control = json.dumps(dict(plan.control(), source=source)).encode()
+    info = tarfile.TarInfo(".orch-sync.json")
+    info.size = len(control)
+    tar.addfile(info, io.BytesIO(control))
+    for rel in plan.send:
+        entry = plan.entries[rel]
+        info = tarfile.TarInfo(rel)
+        if entry["link"] is not None:
+            info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
+            tar.addfile(info)
+            continue
+        try:
+            f = open(root / rel, "rb")
+        except FileNotFoundError:
+            changed.append(rel)  # deleted since planning: not sent; the next round drops it
+            continue
+        with f:
+            before = os.fstat(f.fileno())
+            info.size, info.mode = before.st_size, entry["mode"]
+            start = _resume(f, info, plan.resume.get(rel))
+            reader = _HashingReader(f, info.size, start)
+            tar.addfile(info, reader)
+            after = os.fstat(f.fileno())
+        stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
+                 (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these
+        if reader.short or entry["sha256"] not in (None, reader.hash.hexdigest()) or len(stats) > 1:
+            changed.append(rel)
+        else:  # what the server now holds: a staged tree is checked against it (SyncPlan.control)
+            entry["sha256"] = reader.hash.hexdigest()
+        if progress:
+            progress(info.size)
     return changed
 
 

@@ -20,7 +20,7 @@ import os
 import stat
 import tarfile
 import time
-from typing import IO, Any, Callable, Collection, Dict, List, Optional, Tuple
+from typing import IO, Any, Callable, Collection, Dict, List, Optional, Set, Tuple
 
 from remote_payload.contract.jobfolder import TEMP_PREFIX, atomic_write_json, read_json, sha256_file, temp_name
 from remote_payload.contract.protocol import RESUME_MIN_BYTES, ProtocolError
@@ -163,6 +163,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     written = nbytes = 0
     current: Optional[_Copy] = None
     tmp: Optional[str] = None  # a temporary not yet renamed into place
+    ready: Set[str] = set()  # folders (relative) made real folders by this receive (``clear_way``)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
@@ -175,8 +176,11 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                     control["entries"] = _entries(control, old)
                     continue
                 dest = safe_join(p["ws"], member.name)
-                clear_way(p["ws"], member.name, old)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                folder = os.path.dirname(member.name)
+                if folder not in ready:  # once per folder and receive: the lease keeps other syncs out
+                    clear_way(p["ws"], member.name, old)
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                    ready.add(folder)
                 tmp = _temp_path(p["ws"], member.name)
                 if member.issym():
                     if os.path.lexists(tmp):
@@ -197,7 +201,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                 else:
                     tmp = None
                     continue
-                if os.path.isdir(dest) and not os.path.islink(dest):
+                if _real_folder(dest):
                     remove_synced_folder(p["ws"], member.name, old)
                 os.replace(tmp, dest)
                 tmp = None
@@ -259,6 +263,14 @@ def _temp_path(ws: str, rel: str) -> str:
     """Where ``rel`` is written before it takes its name (``jobfolder.temp_name``)."""
     folder, name = os.path.split(safe_join(ws, rel))
     return os.path.join(folder, temp_name(name))
+
+
+def _real_folder(path: str) -> bool:
+    """A folder, not a symlink to one (one ``lstat``)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _unlink_quietly(path: str) -> None:

@@ -3,6 +3,7 @@ type, files that change while they are sent, and what is skipped and why."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -131,6 +132,38 @@ def test_a_file_rewritten_while_it_is_sent_is_sent_again_and_the_record_tells_th
 def test_a_file_that_shrinks_mid_read_is_padded_not_a_broken_stream() -> None:
     reader = transfer._HashingReader(io.BytesIO(b"abc"), 6)
     assert reader.read(4) + reader.read(10) == b"abc\0\0\0" and reader.short and reader.read(1) == b""
+
+
+def test_a_stream_that_breaks_raises_once_and_its_buffered_bytes_go_nowhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tar goes through a 1 MiB buffer: when the stream breaks, the writer raises the
+    link's error, and what the buffer still holds is never written after it (neither by a
+    later flush nor when the buffer is collected, which would print "Exception ignored")."""
+    ws = tmp_path / "proj"
+    make(ws, {f"f{i}.txt": "x" * 5000 for i in range(400)})
+    plan = selection.plan_sync(ws, selection.select_files(ws, []), {}, False)
+
+    class Breaks:
+        """A process whose stdin breaks after 1 MiB."""
+        def __init__(self) -> None:
+            self.got, self.after_break = 0, 0
+
+        def write(self, data: bytes) -> None:
+            if self.got >= 1 << 20:
+                self.after_break += 1
+                raise ConnectionResetError("the link dropped")
+            self.got += len(data)
+
+        def close_stdin(self) -> None:
+            raise AssertionError("a broken stream is never closed as if complete")
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    proc = Breaks()
+    with pytest.raises(ConnectionResetError):
+        transfer._write_stream(proc, ws, plan, None)
+    gc.collect()
+    assert proc.got >= 1 << 20 and proc.after_break == 1 and unraisable == []
 
 
 def test_symlinks_to_folders_are_synced_as_links_and_outside_targets_are_named(tmp_path: Path) -> None:

@@ -30,11 +30,11 @@ new remote dir, orch submits a new checkout (a hard-linked copy of the workspace
 path, which orch maps to a new server workspace folder). Each round (first, no-change,
 one file changed) uses its own checkout; between runs (untimed) the bench waits for each job's
 marker and for orch's job to be terminal. Nothing a run made is deleted before the bench ends
-(with its temp folder): on ext4 a mass deletion makes the next minute's file creations slow —
-the inode allocator skips recently deleted inodes, measured at ~350 µs of kernel CPU per created
-file right after one — which would charge whichever tool ran next. Every cell is the median of ``--repeat`` rounds; within a round the three tools
-alternate (order rotated each round). Ratios: orch ÷ ControlMaster and orch ÷ fresh; goal
-(the issue's): first submit ≤ 1.05 × ControlMaster, no-change and one-file ≤ 1.0 × ControlMaster.
+(with its temp folder), for the reason ``bench/throughput.py`` gives: a mass deletion on ext4
+slows the next minute's file creations. Every cell is the median of ``--repeat`` rounds;
+within a round the three tools alternate (order rotated each round). Ratios: orch ÷
+ControlMaster and orch ÷ fresh; goal (the issue's): first submit ≤ 1.05 × ControlMaster,
+no-change and one-file ≤ 1.0 × ControlMaster.
 
 **Back-to-back** (``--back-to-back``, the edit–run–fail–fix loop, issue 26): each round, each tool
 in turn (order rotated) runs its three rows at once one after the other on a fresh checkout of its

@@ -23,7 +23,7 @@ from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame
 
 MAX_PREAMBLE = 1 << 20  # what a login shell may print before the helper starts
-READ_BYTES = 16 << 20  # at least the SSH window (``transport/ssh.py``): one read takes all it holds
+READ_BYTES = 1 << 20  # the server's data frames (helper/serve.py ``Output``) and the holder's frames
 
 
 class HelperEnded(Exception):
@@ -38,8 +38,8 @@ class Session:
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes (``protocol.read_frame`` loops); ``b""`` when the helper ended.
-        Reads whatever the transport holds (up to ``READ_BYTES``): a transport that keeps its
-        data in one buffer moves the rest of it on each partial read (paramiko's channel does)."""
+        Asks the transport for a data frame's worth at least (``READ_BYTES``), so the chunks a
+        holder relays are taken whole, never cut and copied."""
         if not self.buf:
             self.buf.put(self.proc.read(max(n, READ_BYTES)))
         return self.buf.take(n)

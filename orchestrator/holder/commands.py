@@ -21,14 +21,13 @@ import paramiko
 from orchestrator.errors import OrchError
 from orchestrator.holder.wire import MAX_FRAME, Reader, frame
 from orchestrator.transport import shell
-from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, SSHTransport, keepalive
+from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, RECV_BYTES, SSHTransport, keepalive
 
 IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default
 SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
 SPARES_PER_ARGV = 2  # a command that follows the last at once finds one started a command earlier
 MAX_SPARES = 3  # each is a session: OpenSSH allows 10 per connection by default
 SPARE_BUFFER = 1 << 20  # output a spare keeps before it stops reading (the SSH window holds the rest)
-RECV_BYTES = 16 << 20  # at least the SSH window: a read takes all paramiko holds (a partial read moves the rest)
 TICK_S = 0.2  # how soon the accept loop notices a reason to stop
 PROBE_S = min(CONNECT_TIMEOUT_S, 5.0)  # a keepalive round trip slower than this: the spare is not handed out
 SSH_ERRORS = (OSError, EOFError, paramiko.SSHException)
@@ -51,7 +50,7 @@ class Channel:
 
     def _pump(self, recv: Callable[[int], bytes], kind: bytes) -> None:
         try:
-            while data := recv(RECV_BYTES):
+            while data := recv(RECV_BYTES):  # all paramiko holds: a partial read moves the rest
                 for start in range(0, len(data), MAX_FRAME):
                     self._emit(frame(kind, data[start:start + MAX_FRAME]))
         except SSH_ERRORS:  # the client is gone, or the channel broke

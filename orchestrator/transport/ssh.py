@@ -29,12 +29,14 @@ from orchestrator.errors import HostError, HostKeyError, UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
+from remote_payload.contract.bytequeue import ByteQueue
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))
 CONNECT_ATTEMPTS = int(os.environ.get("ORCH_CONNECT_ATTEMPTS", "3"))
 KEEPALIVE_S = float(os.environ.get("ORCH_KEEPALIVE_S", "10"))
 WINDOW_BYTES = 8 << 20
 MAX_PACKET_BYTES = 128 << 10
+RECV_BYTES = 2 * WINDOW_BYTES  # more than a channel can hold: one recv takes all of it
 
 
 def transport(sock: socket.socket, disabled_algorithms: dict[str, list[str]] | None = None) -> paramiko.Transport:
@@ -81,6 +83,7 @@ class _PinnedKeyPolicy(paramiko.MissingHostKeyPolicy):
 class SSHProcess(Process):
     def __init__(self, transport: "SSHTransport", channel: paramiko.Channel, command: str) -> None:
         self.command, self._t, self._chan = command, transport, channel
+        self._pending = ByteQueue()  # stdout taken from paramiko, not yet read
         self._err: list[bytes] = []
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err_thread.start()
@@ -106,16 +109,20 @@ class SSHProcess(Process):
 
     def read(self, size: int = 65536) -> bytes:
         """Stdout bytes; ``b""`` at the command's EOF. A dropped connection raises
-        ``HostError`` rather than looking like an EOF."""
-        try:
-            data = self._chan.recv(size)
-        except socket.timeout:
-            raise
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._t.lost(exc) from None
-        if not data and self._chan.recv_exit_status() == -1:  # closed with no exit status: dropped
-            raise self._t.lost(None)
-        return data
+        ``HostError`` rather than looking like an EOF. Takes everything paramiko holds at
+        once (``RECV_BYTES``) and serves ``size`` from it: paramiko keeps a channel's data in
+        one array and moves the rest of it on every partial read."""
+        if not self._pending:
+            try:
+                data = self._chan.recv(RECV_BYTES)
+            except socket.timeout:
+                raise
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise self._t.lost(exc) from None
+            if not data and self._chan.recv_exit_status() == -1:  # closed with no exit status: dropped
+                raise self._t.lost(None)
+            self._pending.put(data)
+        return self._pending.take(size)
 
     def settimeout(self, seconds: float | None) -> None:
         """Make ``read`` raise ``socket.timeout`` after ``seconds`` without data."""

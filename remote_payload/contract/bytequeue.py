@@ -43,8 +43,8 @@ class ByteQueue:
         self._len -= n
         first = self._chunks[0]
         end = self._start + n
-        if end <= len(first):  # within the first chunk
-            out = first if self._start == 0 and end == len(first) else first[self._start:end]
+        if end <= len(first):  # within the first chunk (all of it: the chunk itself, uncopied)
+            out = first[self._start:end]
             if end == len(first):
                 self._chunks.popleft()
                 end = 0

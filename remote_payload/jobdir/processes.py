@@ -23,6 +23,7 @@ from typing import Dict, Iterable, List, Tuple
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 PR_SET_CHILD_SUBREAPER = 36
 Proc = Tuple[int, int]
+EXEC_SETTLE_S = 0.5  # the longest an exec's empty command line is waited out (pid_alive)
 
 
 def boot_id() -> str:
@@ -36,7 +37,13 @@ def boot_id() -> str:
 
 
 def pid_alive(pid: int, needle: str = "") -> bool:
-    """True when ``pid`` runs and (if given) its command line contains ``needle``."""
+    """True when ``pid`` runs and (if given) its command line contains ``needle``.
+
+    A process that is being exec'd shows an empty command line for a moment: the kernel closes
+    its close-on-exec files (which is when a ``subprocess.Popen`` returns) before it lays out the
+    new program's arguments. An empty command line is therefore read again for up to
+    ``EXEC_SETTLE_S`` before the answer is no (kernel threads, whose line stays empty, cost that
+    wait and are no)."""
     if pid <= 0:
         return False
     try:
@@ -47,14 +54,18 @@ def pid_alive(pid: int, needle: str = "") -> bool:
         pass
     if not needle:
         return True
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            cmdline = f.read()
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            zombie = f.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
-    except OSError:
-        return False
-    return needle.encode() in cmdline and not zombie
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmdline = f.read()
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+        except OSError:
+            return False
+        if cmdline or zombie or time.monotonic() >= deadline:
+            return needle.encode() in cmdline and not zombie
+        time.sleep(0.002)
 
 
 def group_alive(pgid: int) -> bool:

@@ -327,8 +327,9 @@ def plan_sync(root: Path, files: dict[str, LocalFile], remote: dict[str, Any], f
     generation = remote.get("generation")  # "" stands for "no record yet": every entry is a change
     plan.base = generation if isinstance(generation, str) else ("" if not recorded else None)
     plan.recorded = recorded
+    sending = set(plan.send)
     plan.changed = {rel: entry for rel, entry in plan.entries.items()
-                    if rel in plan.send or _laptop_fields(recorded[rel]) != entry}
+                    if rel in sending or _laptop_fields(recorded[rel]) != entry}
     plan.noop = not plan.send and not plan.delete and not plan.changed
     _resumable(root, plan, remote.get("partial"))
     clobber = sorted(edited - pulled) if not force else []
@@ -360,9 +361,10 @@ def _resumable(root: Path, plan: SyncPlan, partial: Any) -> None:
     interrupted sync (hello's ``partial``: size and sha256, untrusted) and whose own first
     bytes hash the same; the file is hashed whole too (the server checks the joined file
     against it before it takes its name), and only the rest counts in ``send_bytes``."""
+    sending = set(plan.send) if partial else set()
     for rel, held in (partial.items() if isinstance(partial, dict) else []):
         entry = plan.entries.get(rel)
-        if rel not in plan.send or entry is None or entry["link"] is not None or not isinstance(held, dict):
+        if rel not in sending or entry is None or entry["link"] is not None or not isinstance(held, dict):
             continue
         offset, prefix = held.get("size"), held.get("sha256")
         if not (isinstance(offset, int) and 0 < offset < entry["size"] and isinstance(prefix, str)):

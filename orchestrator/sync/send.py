@@ -26,6 +26,7 @@ from orchestrator import trace
 from orchestrator.errors import Interrupted, OrchError, RemoteError, UsageError
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.sync import record as synccache
+from orchestrator.sync import tarstream
 from orchestrator.sync.selection import SyncPlan, few, plan_sync, project_name, select_files, sha256_of
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import Process
@@ -36,28 +37,23 @@ COPY_BYTES = 1 << 20  # a file's bytes are read, hashed and written in blocks of
 
 
 class _ProcessWriter(io.RawIOBase):
-    """The process's stdin as a raw file that counts what was written (``tell``: tarfile's
-    ``w`` mode asks once); once ``dropped`` (the stream failed), writes go nowhere."""
+    """The process's stdin as a raw file; once ``dropped`` (the stream failed), writes go nowhere."""
 
     def __init__(self, proc: Process) -> None:
-        self.proc, self.written, self.dropped = proc, 0, False
+        self.proc, self.dropped = proc, False
 
     def writable(self) -> bool:
         return True
 
-    def tell(self) -> int:
-        return self.written
-
     def write(self, data: Any) -> int:
         if not self.dropped:
             self.proc.write(bytes(data))
-            self.written += len(data)
         return len(data)
 
 
 class _HashingReader:
-    """Reads exactly ``size`` bytes of ``f`` for tarfile, hashing them; a file that shrank
-    meanwhile is padded with zeros (and flagged) instead of breaking the stream."""
+    """Reads exactly ``size`` bytes of ``f``, hashing them; a file that shrank meanwhile is
+    padded with zeros (and flagged) instead of breaking the stream."""
 
     def __init__(self, f: Any, size: int, start: Any = None) -> None:
         self.f, self.left, self.short = f, size, False
@@ -74,19 +70,42 @@ class _HashingReader:
         return data
 
 
+class _TarWriter:
+    """Members onto ``out`` as one tar stream (``tarstream``: ustar headers, pax where needed)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.written = out, 0
+
+    def add(self, info: tarfile.TarInfo, data: Any = None) -> None:
+        """``info``'s header, then ``info.size`` bytes read from ``data`` in ``COPY_BYTES`` blocks."""
+        head = tarstream.header(info)
+        self.out.write(head)
+        left = info.size if data is not None else 0
+        while left:
+            block = data.read(min(left, COPY_BYTES))
+            if not block:  # _HashingReader pads a shrunk file: only a broken reader gets here
+                raise OSError("%s: %d bytes short" % (info.name, left))
+            self.out.write(block)
+            left -= len(block)
+        self.out.write(tarstream.padding(info.size))
+        self.written += len(head) + info.size + (-info.size % tarstream.BLOCK)
+
+    def close(self) -> None:
+        self.out.write(tarstream.end(self.written))
+
+
 def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
     """Write the plan as one tar to ``proc``; return the files that changed between planning
     and sending (or while being read): their server copy may be torn, so they go again."""
-    # tarfile's plain "w" mode writes through to the file (its stream mode keeps one buffer it
-    # grows by concatenation); the C BufferedWriter gathers headers and small files into
-    # COPY_BYTES writes, and a file's own blocks pass straight through.
+    # the C BufferedWriter gathers headers and small files into COPY_BYTES writes; a file's
+    # own blocks pass straight through.
     raw = _ProcessWriter(proc)
     out = io.BufferedWriter(raw, COPY_BYTES)
     try:
-        with tarfile.open(fileobj=out, mode="w") as tar:
-            tar.copybufsize = COPY_BYTES
-            changed = _write_members(tar, root, plan, progress)
-        out.flush()  # with tar's end blocks (a tar leaves a file it did not open open)
+        tar = _TarWriter(out)
+        changed = _write_members(tar, root, plan, progress)
+        tar.close()
+        out.flush()
     except BaseException:
         raw.dropped = True  # what the buffer holds is never sent, nor flushed when it is collected
         raise
@@ -94,24 +113,25 @@ def _write_stream(proc: Process, root: Path, plan: SyncPlan, progress: Callable[
     return changed
 
 
-def _write_members(tar: tarfile.TarFile, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
+def _write_members(tar: _TarWriter, root: Path, plan: SyncPlan, progress: Callable[[int], None] | None) -> list[str]:
     """``.orch-sync.json``, then every file and symlink of ``plan.send``; the files that changed
     while they were read (``_write_stream``)."""
     changed: list[str] = []
-    source = {"laptop": platform.node(), "path": str(root)}  # shown by `orch hosts check`
+    top = str(root)
+    source = {"laptop": platform.node(), "path": top}  # shown by `orch hosts check`
     control = json.dumps(dict(plan.control(), source=source)).encode()
     info = tarfile.TarInfo(".orch-sync.json")
     info.size = len(control)
-    tar.addfile(info, io.BytesIO(control))
+    tar.add(info, io.BytesIO(control))
     for rel in plan.send:
         entry = plan.entries[rel]
         info = tarfile.TarInfo(rel)
         if entry["link"] is not None:
             info.type, info.linkname = tarfile.SYMTYPE, entry["link"]
-            tar.addfile(info)
+            tar.add(info)
             continue
         try:
-            f = open(root / rel, "rb")
+            f = open(os.path.join(top, rel), "rb")
         except FileNotFoundError:
             changed.append(rel)  # deleted since planning: not sent; the next round drops it
             continue
@@ -120,7 +140,7 @@ def _write_members(tar: tarfile.TarFile, root: Path, plan: SyncPlan, progress: C
             info.size, info.mode = before.st_size, entry["mode"]
             start = _resume(f, info, plan.resume.get(rel))
             reader = _HashingReader(f, info.size, start)
-            tar.addfile(info, reader)
+            tar.add(info, reader)
             after = os.fstat(f.fileno())
         stats = {(entry["size"], entry["mtime_ns"]), (before.st_size, before.st_mtime_ns),
                  (after.st_size, after.st_mtime_ns)}  # planned, opened, read: a new file is checked by these

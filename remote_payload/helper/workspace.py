@@ -158,6 +158,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
         remove_stale_temporaries(p["ws"], keep={_temp_path(p["ws"], rel) for rel in partial})
     control: Optional[Dict[str, Any]] = None
     received: Dict[str, str] = {}
+    landed: Dict[str, os.stat_result] = {}  # each received file as written (the record's rsize, rmtime_ns)
     again: List[str] = []
     kept = _Kept(report)
     written = nbytes = 0
@@ -181,14 +182,14 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                     clear_way(p["ws"], member.name, old)
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
                     ready.add(folder)
-                tmp = _temp_path(p["ws"], member.name)
+                tmp = _temp_of(dest)
                 if member.issym():
                     if os.path.lexists(tmp):
                         os.unlink(tmp)
                     os.symlink(member.linkname, tmp)
                 elif member.isfile():
                     current = _Copy(member.name, tmp, _resume_from(tmp, member, partial.pop(member.name, None)))
-                    current.run(tar.extractfile(member), held.progress, kept)
+                    current.run(tar.extractfile(member), member.size, member.mode & 0o700, held.progress, kept)
                     copy, current = current, None
                     if not copy.matches(member.pax_headers.get("orch.sha256")):
                         os.unlink(tmp)
@@ -196,7 +197,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
                         again.append(member.name)
                         continue
                     received[member.name] = copy.hexdigest()
-                    os.chmod(tmp, member.mode & 0o700)  # its owner's bits only: jobdir/private.py
+                    landed[member.name] = copy.stat
                     nbytes += member.size
                 else:
                     tmp = None
@@ -239,10 +240,12 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
             entry = old.get(rel)  # announced but not sent (it vanished on the laptop): the copy here is the old one
         if entry is None:
             continue
-        try:
-            st = os.lstat(safe_join(p["ws"], rel))
-        except OSError:
-            continue  # not here: the record never lists a file it does not have
+        st = landed.get(rel)
+        if st is None:
+            try:
+                st = os.lstat(safe_join(p["ws"], rel))
+            except OSError:
+                continue  # not here: the record never lists a file it does not have
         files[rel] = dict(entry, rsize=st.st_size, rmtime_ns=st.st_mtime_ns)
     source = control.get("source") if isinstance(control.get("source"), dict) else {}
     generation = os.urandom(8).hex()
@@ -261,7 +264,11 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
 
 def _temp_path(ws: str, rel: str) -> str:
     """Where ``rel`` is written before it takes its name (``jobfolder.temp_name``)."""
-    folder, name = os.path.split(safe_join(ws, rel))
+    return _temp_of(safe_join(ws, rel))
+
+
+def _temp_of(dest: str) -> str:
+    folder, name = os.path.split(dest)
     return os.path.join(folder, temp_name(name))
 
 
@@ -308,26 +315,49 @@ class _Kept:
 
 class _Copy:
     """One file's bytes into its temporary, hashed as written; ``resume`` is a verified
-    partial already there (its size and running sha256) or None."""
+    partial already there (its size and running sha256) or None. A new temporary is created
+    afresh (``O_EXCL``: whatever stood under its name, a symlink included, is removed first,
+    never written through); ``stat`` is the file as written, for the record."""
+
+    BLOCK = 1 << 20
 
     def __init__(self, rel: str, tmp: str, resume: "Optional[Tuple[int, Any]]") -> None:
         self.rel, self.tmp = rel, tmp
         self.size, self.hash = resume if resume is not None else (0, hashlib.sha256())
-        if resume is None and os.path.lexists(tmp):
-            os.unlink(tmp)
+        self.stat: Optional[os.stat_result] = None
 
-    def run(self, src: IO[bytes], progress: Callable[[], None], kept: _Kept) -> None:
-        with open(self.tmp, "r+b" if self.size else "wb") as f:
-            f.seek(self.size)
-            while True:
-                block = src.read(1 << 16)
+    def run(self, src: IO[bytes], size: int, mode: int, progress: Callable[[], None], kept: _Kept) -> None:
+        """Write ``size`` bytes of ``src`` (after the partial's); the file gets ``mode``."""
+        fd = self._open()
+        try:
+            left = size
+            while left:
+                block = src.read(min(left, self.BLOCK))
                 if not block:
                     break
-                f.write(block)
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(fd, view):]
                 self.hash.update(block)  # after the write: a failed write is never counted
                 self.size += len(block)
+                left -= len(block)
                 progress()
                 kept.wrote(self.rel, self.size, len(block))
+            os.fchmod(fd, mode)  # its owner's bits only: jobdir/private.py
+            self.stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def _open(self) -> int:
+        if self.size:  # the verified partial continues
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_NOFOLLOW)
+            os.lseek(fd, self.size, os.SEEK_SET)
+            return fd
+        try:
+            return os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            os.unlink(self.tmp)
+            return os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
 
     def matches(self, want: Optional[str]) -> bool:
         return want is None or self.hash.hexdigest() == want

@@ -18,7 +18,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
 from orchestrator.sync import selection
 from orchestrator.sync import send as transfer
-from remote_payload.contract.jobfolder import sha256_file
+from remote_payload.contract.jobfolder import sha256_file, temp_name
 from tests.support.orch import REPO, run_sync
 
 
@@ -101,6 +101,24 @@ def test_a_server_file_orch_did_not_sync_is_never_removed_to_make_way(remote: Re
     with pytest.raises(RemoteError, match="notes is a file on the server that orch did not sync"):
         run_sync(remote, ws)
     assert (server / "notes").read_text() == "made on the server"
+
+
+def test_whatever_stands_at_a_files_temporary_name_is_replaced_never_written_through(
+        remote: Remote, tmp_path: Path) -> None:
+    ws = tmp_path / "proj"
+    make(ws, {"a.py": "a"})
+    run_sync(remote, ws)
+    server = workspace_on(tmp_path, ws)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not orch's")
+    (server / temp_name("b.py")).symlink_to(outside)  # planted, or left by a crash
+    (server / "sub").mkdir()
+    (server / "sub" / temp_name("c.py")).write_text("a stale temporary")
+    make(ws, {"b.py": "b", "sub/c.py": "c"})
+    run_sync(remote, ws)
+    assert outside.read_text() == "not orch's"
+    assert server_view(server) == laptop_view(ws) == {"a.py": "a", "b.py": "b", "sub": "dir", "sub/c.py": "c"}
+    assert run_sync(remote, ws)[0].noop
 
 
 def test_a_file_rewritten_while_it_is_sent_is_sent_again_and_the_record_tells_the_truth(

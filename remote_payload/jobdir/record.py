@@ -12,18 +12,22 @@ they are kept under ``<root>/state/environment/`` keyed by a cheap stamp (``STAM
 interpreter; each ``sys.path`` folder but the current one with its modification time —
 installing, removing or upgrading a package changes its folder's; each editable install's
 source folder with its ``.git``'s — a commit there changes the freeze's ``-e git+…@commit`` line)
-and the variables in ``STAMP_ENV``; a job whose stamp matches copies them. ``nvidia-smi -L``
-runs every time. Not kept: a record whose stamp changed while it was made.
+and the variables in ``STAMP_ENV``; a job whose stamp matches copies them, and one that finds the
+same environment being probed (by the job before it, submitted moments earlier) waits for that
+record rather than probing beside it. ``nvidia-smi -L`` runs every time. Not kept: a record whose stamp changed while it was made.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import threading
-from typing import Any, Dict, List, Optional, Set, Tuple
+import time
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from remote_payload.contract.jobfolder import atomic_write_json, atomic_write_text, read_json
 
@@ -113,19 +117,20 @@ def record_environment(job_dir: str, python: str, helpers: Optional[Helpers] = N
     repro = os.path.join(job_dir, "repro")
     os.makedirs(repro, exist_ok=True)
     key = _stamp(python, helpers) if cache else None
-    kept = _kept(cache, key)
-    if kept is not None:
-        env, freeze = kept
-    else:
-        env = {}
-        try:
-            env = json.loads(_run([python, "-c", PROBE], 60, helpers) or "{}")
-        except ValueError:
-            pass
-        freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
-        if cache and key and isinstance(env, dict) and env.get("python") and freeze.strip() \
-                and _stamp(python, helpers) == key:
-            _keep(cache, key, env, freeze)
+    with _probing(cache, key):  # a record of this environment in progress (the job before) is waited for
+        kept = _kept(cache, key)
+        if kept is not None:
+            env, freeze = kept
+        else:
+            env = {}
+            try:
+                env = json.loads(_run([python, "-c", PROBE], 60, helpers) or "{}")
+            except ValueError:
+                pass
+            freeze = _run([python, "-m", "pip", "freeze"], 120, helpers)
+            if cache and key and isinstance(env, dict) and env.get("python") and freeze.strip() \
+                    and _stamp(python, helpers) == key:
+                _keep(cache, key, env, freeze)
     if not isinstance(env, dict):
         env = {}
     env["gpus"] = [line for line in _run(["nvidia-smi", "-L"], 20, helpers).splitlines() if line.startswith("GPU ")]
@@ -141,6 +146,38 @@ def _stamp(python: str, helpers: Optional[Helpers]) -> Optional[str]:
         return None
     data = json.dumps([out.strip(), [(k, os.environ.get(k)) for k in STAMP_ENV]])
     return hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+PROBING_WAIT_S = 200.0  # longer than one probe and freeze may run (_run's timeouts): then it probes anyway
+
+
+@contextlib.contextmanager
+def _probing(cache: Optional[str], key: Optional[str]) -> Iterator[None]:
+    """Hold ``<cache>/<key>.lock`` (``flock``: the kernel lets go when its holder ends) while
+    this environment is probed, so that jobs started back to back probe it once: the second
+    waits for the first's record and copies it, instead of importing torch beside it. After
+    ``PROBING_WAIT_S`` it goes on without the lock; without a cache or a key there is nothing to
+    share."""
+    if not cache or not key:
+        yield
+        return
+    try:
+        os.makedirs(cache, exist_ok=True)
+        handle = open(os.path.join(cache, key + ".lock"), "a")
+    except OSError:  # a read-only or full state folder: probe alone
+        yield
+        return
+    with handle:
+        deadline = time.monotonic() + PROBING_WAIT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+        yield  # closing the handle lets go of the lock
 
 
 def _kept(cache: Optional[str], key: Optional[str]) -> Optional[Tuple[Dict[str, Any], str]]:

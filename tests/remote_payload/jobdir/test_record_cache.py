@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,20 @@ def test_an_editable_install_or_another_gpu_visibility_is_recorded_afresh(
         entry.write_text("{not json")  # a damaged entry is probed again, and replaced
     assert record(tmp_path, shim, "g")[0] == ["stamp", "probe", "freeze", "stamp"]
     assert record(tmp_path, shim, "h")[0] == ["stamp"]
+
+
+def test_jobs_started_back_to_back_probe_their_environment_once(tmp_path: Path, shim: Path) -> None:
+    """The second job's record starts while the first's still imports torch: it waits for that
+    record and copies it, instead of probing beside it (seconds of CPU on a box that is busy
+    starting the next job)."""
+    cache = str(tmp_path / "state" / "environment")
+    jobs = [threading.Thread(target=record_environment, args=(str(tmp_path / "jobs" / j), str(shim)),
+                             kwargs={"cache": cache}) for j in ("a", "b", "c")]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join()
+    ran = (tmp_path / "log").read_text().split()
+    assert ran.count("probe") == 1 and ran.count("freeze") == 1 and ran.count("stamp") == 4, ran
+    records = [json.loads((tmp_path / "jobs" / j / "repro" / "environment.json").read_text()) for j in "abc"]
+    assert records[0] == records[1] == records[2] and records[0]["torch"].startswith("2.")

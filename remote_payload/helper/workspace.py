@@ -166,7 +166,7 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     tmp: Optional[str] = None  # a temporary not yet renamed into place
     ready: Set[str] = set()  # folders (relative) made real folders by this receive (``clear_way``)
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=_Forward(stream), mode="r:") as tar:
             for member in tar:
                 if control is None:
                     if member.name != ".orch-sync.json":
@@ -260,6 +260,36 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     if again:
         out["again"] = again
     return out
+
+
+class _Forward:
+    """``stream`` read front to back as tarfile's plain read mode reads a file: ``tell``, and
+    ``seek`` to here or further on (the bytes between are read and dropped). tarfile's stream
+    mode (``r|``) reads the same stream through a buffer it keeps as one ``bytes`` and slices
+    from the front on each read (a copy of up to 10 KiB per 512-byte header); its plain mode
+    reads headers and data straight from ``stream``, and never seeks back on a tar read in
+    order, which a sync stream is."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream, self.pos = stream, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self.pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seekable(self) -> bool:
+        return False
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_SET or offset < self.pos:
+            raise tarfile.ReadError("the sync stream goes forward only (asked for %d at %d)" % (offset, self.pos))
+        while self.pos < offset and self.read(min(offset - self.pos, 1 << 20)):
+            pass
+        return self.pos
 
 
 def _temp_path(ws: str, rel: str) -> str:

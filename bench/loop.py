@@ -45,7 +45,13 @@ each phase came is printed per row. ``--load``: the same beside one CPU-bound pr
 orch runs byte-compiled (a private ``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` dropped), as
 an installed orch is; the untimed warm-up submit fills that cache.
 
+Where the temp folder lives (both laptop and server sides, every tool) is ``TMPDIR``'s: on this
+machine's ext4, creating a file costs ~350 µs of kernel CPU after the disk's history of mass
+deletions (``bench/throughput.py``), which swamps what the tools do; ``TMPDIR=/dev/shm`` (a tmpfs)
+measures the tools. RESULTS.md says which was used.
+
     .venv/bin/python bench/loop.py [--repeat 3] [--delay-ms 20] [--mbit 100]
+    TMPDIR=/dev/shm .venv/bin/python bench/loop.py --back-to-back [--repeat 3]
     .venv/bin/python bench/loop.py --back-to-back [--load] [--repeat 5]
     .venv/bin/python bench/loop.py --repeat 1 --files 50 --big-mb 1      # quick check
     (``--orch-src DIR`` runs the orch of another source tree, e.g. ``git archive HEAD`` unpacked)

@@ -26,13 +26,16 @@ once ``ORCH_HOME`` — the bench's temp dir — is gone). orch is timed until th
 Nothing a round made is deleted before the bench ends (with its temp folder): on ext4 a mass deletion makes
 the next minute's file creations slow — the inode allocator skips recently deleted inodes,
 measured at ~350 µs of kernel CPU per created file right after one — which would charge
-whichever tool ran next.
+whichever tool ran next. On this machine even a quiet disk carries that history (its ``/tmp`` has
+seen millions of test files come and go), so ``TMPDIR=/dev/shm`` puts every tool's files on a
+tmpfs: the tools are measured, not the disk's allocator. RESULTS.md says which was used.
 
 Every cell is the median of ``--repeat`` rounds; in each round the tools alternate (order
 rotated each round). ``orch --help`` (python start + what the CLI loads for it: a floor for any
 orch command) is printed in the header.
 
     .venv/bin/python bench/throughput.py [--repeat 3] [--delay-ms 20] [--mbit 100]
+    TMPDIR=/dev/shm .venv/bin/python bench/throughput.py --repeat 3
     .venv/bin/python bench/throughput.py --repeat 1 --files 50 --big-mb 1 --fetch-mb 5   # quick check
     (``--orch-src DIR`` runs the orch of another source tree, e.g. ``git archive HEAD`` unpacked)
 """

@@ -111,7 +111,10 @@ class SSHProcess(Process):
         """Stdout bytes; ``b""`` at the command's EOF. A dropped connection raises
         ``HostError`` rather than looking like an EOF. Takes everything paramiko holds at
         once (``RECV_BYTES``) and serves ``size`` from it: paramiko keeps a channel's data in
-        one array and moves the rest of it on every partial read."""
+        one array and moves the rest of it on every partial read. A link cut while paramiko
+        holds data can cost that data (at most one window, ``WINDOW_BYTES``): ``recv`` sends
+        the window adjust after taking the bytes, and a socket that died before the transport
+        noticed fails that send. What was read before is the caller's; a fetch resumes there."""
         if not self._pending:
             try:
                 data = self._chan.recv(RECV_BYTES)

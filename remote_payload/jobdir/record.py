@@ -14,7 +14,8 @@ installing, removing or upgrading a package changes its folder's; each editable 
 source folder with its ``.git``'s — a commit there changes the freeze's ``-e git+…@commit`` line)
 and the variables in ``STAMP_ENV``; a job whose stamp matches copies them, and one that finds the
 same environment being probed (by the job before it, submitted moments earlier) waits for that
-record rather than probing beside it. ``nvidia-smi -L`` runs every time. Not kept: a record whose stamp changed while it was made.
+record rather than probing beside it. ``nvidia-smi -L`` runs every time. Not kept: a record
+whose stamp changed while it was made.
 """
 
 from __future__ import annotations

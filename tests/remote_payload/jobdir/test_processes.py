@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from remote_payload.jobdir import processes
 
@@ -30,7 +31,7 @@ def test_a_process_is_known_by_its_command_line_the_moment_popen_returns() -> No
 def test_an_ended_or_reaped_process_is_not_alive_and_a_start_time_tells_a_recycled_pid() -> None:
     proc = subprocess.Popen(SLEEPER)
     assert processes.alive([(proc.pid, 0)]) == []  # another start time: a recycled pid's record
-    stat = open(f"/proc/{proc.pid}/stat", "rb").read().rsplit(b")", 1)[-1].split()
+    stat = Path(f"/proc/{proc.pid}/stat").read_bytes().rsplit(b")", 1)[-1].split()
     me = (proc.pid, int(stat[19]))
     assert processes.alive([me]) == [me]
     proc.kill()

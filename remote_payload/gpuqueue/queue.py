@@ -40,7 +40,6 @@ Contract:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
@@ -49,6 +48,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.gpuqueue.inventory import Gpu, busy, inventory, recorded
+from remote_payload.jobdir.lease import flock_within
 from remote_payload.jobdir.processes import boot_id, pid_alive
 from remote_payload.jobdir.status import read_status, survivors_of
 
@@ -78,15 +78,8 @@ def locked(root: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """Hold the queue's flock (the kernel frees it if the holder dies); ``QueueBusy`` after ``wait_s``."""
     os.makedirs(queue_dir(root), exist_ok=True)
     with open(os.path.join(queue_dir(root), ".lock"), "a") as handle:
-        deadline = time.time() + wait_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.time() > deadline:
-                    raise QueueBusy("the GPU queue's lock (%s) is not free" % queue_dir(root))
-                time.sleep(0.02)
+        if not flock_within(handle, wait_s, 0.02):
+            raise QueueBusy("the GPU queue's lock (%s) is not free" % queue_dir(root))
         yield
 
 

@@ -53,6 +53,20 @@ class Lease:
         self.handle.close()
 
 
+def flock_within(handle: IO[Any], wait_s: float, every_s: float) -> bool:
+    """Take an exclusive ``flock`` on ``handle``, trying every ``every_s`` for up to ``wait_s``
+    seconds; False when it stayed held (the kernel frees it when its holder ends)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(every_s)
+
+
 def holder(path: str) -> Optional[Dict[str, Any]]:
     """Who holds the lease now — ``{pid, what, started, idle_s}`` — or None when it is free."""
     try:

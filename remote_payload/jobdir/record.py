@@ -21,16 +21,15 @@ whose stamp changed while it was made.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import threading
-import time
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from remote_payload.contract.jobfolder import atomic_write_json, atomic_write_text, read_json
+from remote_payload.jobdir.lease import flock_within
 
 PROBE = (
     "import json, platform, sys\n"
@@ -169,15 +168,7 @@ def _probing(cache: Optional[str], key: Optional[str]) -> Iterator[None]:
         yield
         return
     with handle:
-        deadline = time.monotonic() + PROBING_WAIT_S
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.2)
+        flock_within(handle, PROBING_WAIT_S, 0.2)  # held or not, the probe goes on
         yield  # closing the handle lets go of the lock
 
 

@@ -174,27 +174,42 @@ def test_activations_model_keeps_the_models_modules(assets: Path, monkeypatch: p
         assert sum(isinstance(m, NewGELUActivation) for m in model.modules()) == expected
 
 
+# Real training steps (GPT-2 shape, autograd, AdamW) of varying lengths, as a trainer's batches
+# are: glibc's own adaptive thresholds settle on no steady state for this pattern (a step of
+# the same size as one before can fault again). A fixed list of equal-size blocks is no test:
+# glibc adapts to it within two steps and then faults no more than the kept heap.
 _FAULTS = """
 import resource, sys, torch
 from remote_payload.trainer import host
 if sys.argv[1] == "keep":
     assert host.keep_freed_memory()
-sizes = [(1 + (i * 7) % 29) << 20 for i in range(24)]  # 1-29 MiB, like a step's activations
-def step():
-    live = [torch.ones(s // 4) for s in sizes]
-    return sum(float(t[0]) for t in live)
-step()
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=256))
+optimizer = torch.optim.AdamW(model.parameters())
+def step(length):
+    ids = torch.randint(0, 512, (8, length))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+for length in (256, 200, 256, 160):  # the busiest step first: what the kept heap holds
+    step(length)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
-    step()
+for i in range(16):
+    step(160 + (i * 37) % 97)  # 160-256 tokens
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
 def test_kept_freed_memory_spares_the_page_faults_of_every_step() -> None:
-    faults = {}
-    for how in ("default", "keep"):
-        out = subprocess.run([sys.executable, "-c", _FAULTS, how], cwd=REPO, capture_output=True, text=True, check=True)
-        faults[how] = int(out.stdout)
-    # default glibc: each step's blocks are mapped and zeroed anew (~150,000 faults); kept: reused
-    assert faults["keep"] * 10 < faults["default"], faults
+    runs = {
+        how: subprocess.Popen([sys.executable, "-c", _FAULTS, how], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        for how in ("default", "keep")
+    }
+    printed = {how: proc.communicate()[0] for how, proc in runs.items()}
+    assert all(proc.returncode == 0 for proc in runs.values()), printed
+    faults = {how: int(out) for how, out in printed.items()}
+    # measured over 16 runs here, 8 at once: default glibc 48,000-107,000 faults (pages mapped
+    # and zeroed anew); kept 9-3,900 (the heap grows now and then for a new layout of sizes)
+    assert faults["keep"] * 5 < faults["default"], faults

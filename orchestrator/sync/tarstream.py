@@ -1,5 +1,6 @@
 """A tar stream's bytes, written without ``tarfile.TarFile``: the header of each member and the
-stream's end. The server reads it with ``tarfile`` (``remote_payload/helper/workspace.py``).
+stream's end. The server reads it with its own reader (``remote_payload/helper/tarread.py``),
+which reads whatever ``tarfile`` writes too.
 
 A sync sends thousands of small files; ``tarfile``'s ``addfile`` spends ~20 µs per member on
 its header alone (a copy of the member, a pax check of every field) and copies each file

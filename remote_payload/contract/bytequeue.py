@@ -66,6 +66,13 @@ class ByteQueue:
                 need = 0
         return b"".join(parts)
 
+    def take_some(self, n: int) -> bytes:
+        """Up to ``n`` (> 0) bytes from the front, never more than the first chunk holds: never
+        a join (a reader that accepts short reads copies nothing it need not)."""
+        if not self._len:
+            return b""
+        return self.take(min(n, len(self._chunks[0]) - self._start))
+
     def find(self, byte: bytes, limit: int) -> int:
         """The offset of the first ``byte`` (one byte) within the first ``limit`` bytes held,
         or -1."""

@@ -40,18 +40,29 @@ class Input:
         self.stream, self.buf, self.ended = stream, ByteQueue(), False
 
     def read(self, n: int = -1) -> bytes:
+        """``n`` bytes (all when ``n`` < 0), fewer only at the stream's end."""
         while not self.ended and (n < 0 or len(self.buf) < n):
-            got = read_frame(self.stream)
-            if got is None:
-                raise ProtocolError("the laptop's stream ended without its end frame")
-            kind, payload = got
-            if kind == END:
-                self.ended = True
-            elif kind == DATA:
-                self.buf.put(payload)
-            else:
-                raise ProtocolError("a %r frame inside a stream" % kind)
+            self._frame()
         return self.buf.take(n)
+
+    def read1(self, n: int) -> bytes:
+        """1 to ``n`` bytes as they arrived (from one frame, uncopied where it can), ``b""``
+        only at the stream's end: for readers that take short reads (a file's data)."""
+        while not self.ended and not self.buf:
+            self._frame()
+        return self.buf.take_some(n)
+
+    def _frame(self) -> None:
+        got = read_frame(self.stream)
+        if got is None:
+            raise ProtocolError("the laptop's stream ended without its end frame")
+        kind, payload = got
+        if kind == END:
+            self.ended = True
+        elif kind == DATA:
+            self.buf.put(payload)
+        else:
+            raise ProtocolError("a %r frame inside a stream" % kind)
 
     def drain(self) -> None:
         while not self.ended:

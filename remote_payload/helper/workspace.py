@@ -24,6 +24,7 @@ from typing import IO, Any, Callable, Collection, Dict, List, Optional, Set, Tup
 
 from remote_payload.contract.jobfolder import TEMP_PREFIX, atomic_write_json, read_json, sha256_file, temp_name
 from remote_payload.contract.protocol import RESUME_MIN_BYTES, ProtocolError
+from remote_payload.helper import tarread
 from remote_payload.jobdir import lease
 
 
@@ -166,48 +167,48 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     tmp: Optional[str] = None  # a temporary not yet renamed into place
     ready: Set[str] = set()  # folders (relative) made real folders by this receive (``clear_way``)
     try:
-        with tarfile.open(fileobj=_Forward(stream), mode="r:") as tar:
-            for member in tar:
-                if control is None:
-                    if member.name != ".orch-sync.json":
-                        raise SyncError("sync stream must start with .orch-sync.json")
-                    control = json.loads(tar.extractfile(member).read().decode("utf-8"))
-                    atomic_write_json(p["pending"], {"entries": control.get("changed", control.get("entries"))},
-                                      compact=True)
-                    control["entries"] = _entries(control, old)
-                    continue
-                dest = safe_join(p["ws"], member.name)
-                folder = os.path.dirname(member.name)
-                if folder not in ready:  # once per folder and receive: the lease keeps other syncs out
-                    clear_way(p["ws"], member.name, old)
-                    os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    ready.add(folder)
-                tmp = _temp_of(dest)
-                if member.issym():
-                    if os.path.lexists(tmp):
-                        os.unlink(tmp)
-                    os.symlink(member.linkname, tmp)
-                elif member.isfile():
-                    current = _Copy(member.name, tmp, _resume_from(tmp, member, partial.pop(member.name, None)))
-                    current.run(tar.extractfile(member), member.size, member.mode & 0o700, held.progress, kept)
-                    copy, current = current, None
-                    if not copy.matches(member.pax_headers.get("orch.sha256")):
-                        os.unlink(tmp)
-                        tmp = None
-                        again.append(member.name)
-                        continue
-                    received[member.name] = copy.hexdigest()
-                    landed[member.name] = copy.stat
-                    nbytes += member.size
-                else:
+        tar = tarread.Reader(stream)
+        for member in tar:
+            if control is None:
+                if member.name != ".orch-sync.json":
+                    raise SyncError("sync stream must start with .orch-sync.json")
+                control = json.loads(tar.read().decode("utf-8"))
+                atomic_write_json(p["pending"], {"entries": control.get("changed", control.get("entries"))},
+                                  compact=True)
+                control["entries"] = _entries(control, old)
+                continue
+            dest = safe_join(p["ws"], member.name)
+            folder = os.path.dirname(member.name)
+            if folder not in ready:  # once per folder and receive: the lease keeps other syncs out
+                clear_way(p["ws"], member.name, old)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                ready.add(folder)
+            tmp = _temp_of(dest)
+            if member.issym():
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                os.symlink(member.linkname, tmp)
+            elif member.isfile():
+                current = _Copy(member.name, tmp, _resume_from(tmp, member, partial.pop(member.name, None)))
+                current.run(tar, member.size, member.mode & 0o700, held.progress, kept)
+                copy, current = current, None
+                if not copy.matches(member.pax_headers.get("orch.sha256")):
+                    os.unlink(tmp)
                     tmp = None
+                    again.append(member.name)
                     continue
-                if _real_folder(dest):
-                    remove_synced_folder(p["ws"], member.name, old)
-                os.replace(tmp, dest)
+                received[member.name] = copy.hexdigest()
+                landed[member.name] = copy.stat
+                nbytes += member.size
+            else:
                 tmp = None
-                written += 1
-                kept.done(member.name)
+                continue
+            if _real_folder(dest):
+                remove_synced_folder(p["ws"], member.name, old)
+            os.replace(tmp, dest)
+            tmp = None
+            written += 1
+            kept.done(member.name)
     except BaseException as exc:
         cut = isinstance(exc, (tarfile.TarError, EOFError, ProtocolError, KeyboardInterrupt))
         if current is not None:
@@ -260,36 +261,6 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     if again:
         out["again"] = again
     return out
-
-
-class _Forward:
-    """``stream`` read front to back as tarfile's plain read mode reads a file: ``tell``, and
-    ``seek`` to here or further on (the bytes between are read and dropped). tarfile's stream
-    mode (``r|``) reads the same stream through a buffer it keeps as one ``bytes`` and slices
-    from the front on each read (a copy of up to 10 KiB per 512-byte header); its plain mode
-    reads headers and data straight from ``stream``, and never seeks back on a tar read in
-    order, which a sync stream is."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream, self.pos = stream, 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.stream.read(n)
-        self.pos += len(data)
-        return data
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seekable(self) -> bool:
-        return False
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence != os.SEEK_SET or offset < self.pos:
-            raise tarfile.ReadError("the sync stream goes forward only (asked for %d at %d)" % (offset, self.pos))
-        while self.pos < offset and self.read(min(offset - self.pos, 1 << 20)):
-            pass
-        return self.pos
 
 
 def _temp_path(ws: str, rel: str) -> str:
@@ -410,7 +381,7 @@ class _Copy:
         return {}
 
 
-def _resume_from(tmp: str, member: tarfile.TarInfo, known: Optional[Dict[str, Any]]) -> "Optional[Tuple[int, Any]]":
+def _resume_from(tmp: str, member: tarread.Member, known: Optional[Dict[str, Any]]) -> "Optional[Tuple[int, Any]]":
     """(size, sha256 object) of the partial ``member`` continues, read back from disk and
     checked against the record (``known``) and the laptop's ``orch.prefix``; None when the
     member starts from byte 0. ``SyncError`` never: a partial that does not match is removed

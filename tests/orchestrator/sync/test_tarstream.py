@@ -1,6 +1,7 @@
 """sync/tarstream.py: the laptop's own tar headers. A stream of every kind of member a sync
-sends reads back through tarfile (what the server uses) and GNU tar member for member, and the
-common member's header is the very block tarfile writes."""
+sends reads back through tarfile and GNU tar member for member (the server's own reader:
+tests/remote_payload/helper/test_tarread.py), and the common member's header is the very block
+tarfile writes."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -33,6 +34,7 @@ __all__ = [
     "link_args",
     "link_parser",
     "ControlMaster",
+    "run_cpu",
     "Orch",
     "cpu_load",
     "make_workspace",
@@ -91,6 +93,15 @@ def ssh_argv(port: int, key: Path) -> list[str]:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def run_cpu(argv: list[str], **run: Any) -> tuple[float, subprocess.CompletedProcess[Any]]:
+    """``subprocess.run(argv, check=True, **run)``: CPU seconds (user + system) of the command
+    and its children, and what it returned."""
+    before = os.times()
+    done = subprocess.run(argv, check=True, **run)
+    after = os.times()
+    return (after.children_user - before.children_user) + (after.children_system - before.children_system), done
 
 
 def timed(fn: Callable[[], object]) -> float:

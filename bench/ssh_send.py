@@ -13,8 +13,8 @@ same N MB (random, default 70, a first sync's workspace) sent one way over one e
 
 Per row: wall seconds until the remote ``wc`` exited (its count checked), MB/s, the sending
 side's CPU (paramiko: this process, its transport thread included; OpenSSH: the client and the
-master), and the whole machine's CPU (``/proc/stat``: both ends, sshd and ``wc`` included; read it on a quiet
-machine). Median of ``--repeat`` interleaved rounds (order rotated).
+master), and the whole machine's CPU (``/proc/stat``: both ends, sshd and ``wc`` included; read
+it on a quiet machine). Median of ``--repeat`` interleaved rounds (order rotated).
 
     .venv/bin/python bench/ssh_send.py [--mb 70] [--repeat 5]
 """
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import paramiko
-from common import ControlMaster, machine, median, ssh_argv, start_sshd, table
+from common import ControlMaster, machine, median, run_cpu, ssh_argv, start_sshd, table
 
 from orchestrator.transport.ssh import transport
 
@@ -79,13 +79,12 @@ def paramiko_send(port: int, key: Path, data: bytes, ctr: bool) -> tuple[float, 
 
 def openssh_send(argv: list[str], blob: Path, master_pid: int | None) -> tuple[float, float, float]:
     """(wall, client + master CPU, machine CPU) of ``ssh ARGV DEST 'wc -c' < blob``."""
-    before, master0, m0, w0 = os.times(), pid_cpu(master_pid) if master_pid else 0.0, machine_cpu(), time.perf_counter()
+    master0, m0, w0 = pid_cpu(master_pid) if master_pid else 0.0, machine_cpu(), time.perf_counter()
     with blob.open("rb") as f:
-        done = subprocess.run([*argv, DEST, SINK], stdin=f, check=True, capture_output=True)
-    wall, after = time.perf_counter() - w0, os.times()
+        client, done = run_cpu([*argv, DEST, SINK], stdin=f, capture_output=True)
+    wall = time.perf_counter() - w0
     if int(done.stdout) != blob.stat().st_size:
         raise SystemExit(f"OpenSSH: the server counted {done.stdout!r} of {blob.stat().st_size} bytes")
-    client = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return wall, client + (pid_cpu(master_pid) - master0 if master_pid else 0.0), machine_cpu() - m0
 
 

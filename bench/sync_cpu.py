@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import common
-from common import machine, median, table
+from common import machine, median, run_cpu, table
 
 from orchestrator.sync import send
 from orchestrator.sync.selection import plan_sync, select_files
@@ -67,14 +65,6 @@ def orch_round(ws: Path, scratch: Path, token: str) -> tuple[float, float]:
     return c1 - c0, c2 - c1
 
 
-def children_cpu(argv: list[str] | str, shell: bool = False) -> float:
-    """CPU seconds (user + system) of a command and its children."""
-    before = os.times()
-    subprocess.run(argv, shell=shell, check=True)
-    after = os.times()
-    return (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -96,11 +86,11 @@ def main() -> None:
                 elif tool == "tar":
                     dest.mkdir()
                     blob = scratch / f"tar-{r}.tar"
-                    writer = children_cpu(["tar", "-cf", str(blob), "-C", str(ws), "."])
-                    receiver = children_cpu(["tar", "-xf", str(blob), "-C", str(dest)])
+                    writer = run_cpu(["tar", "-cf", str(blob), "-C", str(ws), "."])[0]
+                    receiver = run_cpu(["tar", "-xf", str(blob), "-C", str(dest)])[0]
                     blob.unlink()
                 else:
-                    writer, receiver = children_cpu(["rsync", "-a", f"{ws}/", f"{dest}/"]), 0.0
+                    writer, receiver = run_cpu(["rsync", "-a", f"{ws}/", f"{dest}/"])[0], 0.0
                 t.setdefault(f"{tool}-w", []).append(writer)
                 t.setdefault(f"{tool}-r", []).append(receiver)
         m = {k: median(v) for k, v in t.items()}

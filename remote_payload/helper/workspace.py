@@ -327,7 +327,7 @@ class _Copy:
         self.size, self.hash = resume if resume is not None else (0, hashlib.sha256())
         self.stat: Optional[os.stat_result] = None
 
-    def run(self, src: IO[bytes], size: int, mode: int, progress: Callable[[], None], kept: _Kept) -> None:
+    def run(self, src: tarread.Reader, size: int, mode: int, progress: Callable[[], None], kept: _Kept) -> None:
         """Write ``size`` bytes of ``src`` (after the partial's); the file gets ``mode``."""
         fd = self._open()
         try:

@@ -261,6 +261,8 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         assert out == b"x" * early + f" ready {pid2}\n".encode() and pid2 in spares
         second.write(b"two\n")
         assert read_until(second, b"two\n") == b"two\n"
+        time.sleep(1)  # another spare is kept: this one's replacement waits for the command to end
+        assert len(list(marks.iterdir())) == 3
         second.close_stdin()
         assert second.wait() == 0
         before = wait_until(lambda: len(list(marks.iterdir())) == 4 and {p.name for p in marks.iterdir()},

@@ -25,8 +25,10 @@ from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, RECV_BYTE
 
 IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default
 SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
-SPARES_PER_ARGV = 2  # a command that follows the last at once finds one started a command earlier
-MAX_SPARES = 3  # each is a session: OpenSSH allows 10 per connection by default
+# Commands that follow each other at once (a submit, a resubmit, another) each find one started
+# at least a command earlier: a spare taken while others are kept is replaced when its command ends.
+SPARES_PER_ARGV = 3
+MAX_SPARES = 4  # each is a session: OpenSSH allows 10 per connection by default
 SPARE_BUFFER = 1 << 20  # output a spare keeps before it stops reading (the SSH window holds the rest)
 TICK_S = 0.2  # how soon the accept loop notices a reason to stop
 PROBE_S = min(CONNECT_TIMEOUT_S, 5.0)  # a keepalive round trip slower than this: the spare is not handed out
@@ -205,8 +207,8 @@ class Commands:
             self.busy.add(ch)
             self.served += 1
             # Another spare is kept: the next command finds it, and this one's replacement starts
-            # when this command ends: a Python starting on the server beside a sync competed with it
-            # for the CPU wherever the server is this machine or busy (loopback first sync: ~0.1 CPU-s).
+            # when this command ends: a helper starting beside a sync (a login shell and a Python,
+            # ~0.15 CPU-s) competed with it wherever the server is busy or is this machine.
             later = warm and bool(self.spares.get(tuple(argv)))
         try:
             send(frame(b"S", json.dumps(took).encode()))  # what the holder did for it: ORCH_TRACE shows it

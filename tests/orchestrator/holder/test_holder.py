@@ -244,6 +244,11 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
     marks.mkdir()
     early = 200_000  # more than a pipe or a socket buffer holds before anyone reads
     argv = ["sh", "-c", f"touch {marks}/$$; head -c {early} /dev/zero | tr '\\0' x; echo \" ready $$\"; exec cat"]
+    kept = SPARES_PER_ARGV
+
+    def started() -> set[str]:
+        return {p.name for p in marks.iterdir()}
+
     with open_transport(held_host, None, lambda fp: False) as transport:
         assert isinstance(transport, HeldTransport)
         first = transport.start(argv, warm=True)
@@ -253,25 +258,30 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         assert read_until(first, b"one\n").endswith(b"one\n")
         first.close_stdin()
         assert first.read() == b"" and first.wait() == 0
-        spares = wait_until(lambda: len(started := {p.name for p in marks.iterdir()} - {pid1}) == 2 and started,
-                            "the two spares to start, one after the other")
+        spares = wait_until(lambda: len(now := started() - {pid1}) == kept and now,
+                            "the spares to start, one after the other")
         second = transport.start(argv, warm=True)
         out = read_until(second, b"\n")
         pid2 = out.split()[-1].decode()
         assert out == b"x" * early + f" ready {pid2}\n".encode() and pid2 in spares
         second.write(b"two\n")
         assert read_until(second, b"two\n") == b"two\n"
-        time.sleep(1)  # another spare is kept: this one's replacement waits for the command to end
-        assert len(list(marks.iterdir())) == 3
+        time.sleep(1)  # others are kept: this one's replacement waits for the command to end
+        assert len(started()) == 1 + kept
         second.close_stdin()
         assert second.wait() == 0
-        before = wait_until(lambda: len(list(marks.iterdir())) == 4 and {p.name for p in marks.iterdir()},
-                            "the next spare to start")
+        wait_until(lambda: len(started()) == 2 + kept, "the next spare to start")
         time.sleep(1)
-        assert len(list(marks.iterdir())) == 4  # two kept, no more
+        assert len(started()) == 2 + kept  # that many kept, no more
         third = transport.start(argv, warm=True)
-        assert read_until(third, b"\n").split()[-1].decode() in spares - {pid2}  # the older of the two kept
-        third.kill()
+        assert read_until(third, b"\n").split()[-1].decode() in spares - {pid2}  # the oldest kept
+        held = [transport.start(argv, warm=True) for _ in range(kept - 1)]  # the last one kept taken:
+        for proc in held:
+            read_until(proc, b"\n")
+        wait_until(lambda: len(started()) > 2 + kept, "a new spare, started while they all run")
+        for proc in [third, *held]:
+            proc.kill()
+        before = started()
         cold = transport.start(argv)  # not warm: never a spare
         assert read_until(cold, b"\n").split()[-1].decode() not in before
         cold.kill()

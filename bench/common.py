@@ -49,6 +49,7 @@ __all__ = [
     "start_sshd",
     "table",
     "timed",
+    "traced_phases",
     "wait_for",
 ]
 
@@ -276,6 +277,18 @@ class Orch:
             print(f"no job_id in orch submit's output:\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
             raise SystemExit(1)
         return seconds, ids[-1]
+
+
+def traced_phases(path: Path) -> list[dict[str, float]]:
+    """Each command's ORCH_TRACE lines in ``path`` as {phase: ms since its start} (first of each)."""
+    out: dict[str, dict[str, float]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if not line.startswith("orch-trace "):
+            continue
+        pid, rest = line.split()[1], line.split("+", 1)[1]
+        ms, _, tail = rest.partition(" ms  ")
+        out.setdefault(pid, {}).setdefault(tail[:12].strip(), float(ms))
+    return list(out.values())
 
 
 @contextmanager

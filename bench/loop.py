@@ -111,18 +111,6 @@ def write_spec(orch: Orch, host: str, ws: Path, marker: Path) -> Path:
     return spec
 
 
-def traced_phases(path: Path) -> list[dict[str, float]]:
-    """Each command's ORCH_TRACE lines in ``path`` as {phase: ms since its start} (first of each)."""
-    out: dict[str, dict[str, float]] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        if not line.startswith("orch-trace "):
-            continue
-        pid, rest = line.split()[1], line.split("+", 1)[1]
-        ms, _, tail = rest.partition(" ms  ")
-        out.setdefault(pid, {}).setdefault(tail[:12].strip(), float(ms))
-    return list(out.values())
-
-
 def back_to_back(args, orch: Orch, label: str, host: str, root: Path, argv: dict[str, list[str]], master: Path,
                  small: list[Path], laptop: Path, anchors: Path, marker) -> tuple[dict, dict]:
     """The back-to-back rounds on one link: {(row, tool): [seconds]}, {row: [orch's phases]}."""
@@ -146,7 +134,7 @@ def back_to_back(args, orch: Orch, label: str, host: str, root: Path, argv: dict
                         s, job_id = orch.submit(write_spec(orch, host, ws, m))
                     finally:
                         del orch.env["ORCH_TRACE"]
-                    phases.setdefault(row, []).extend(traced_phases(trace_file))
+                    phases.setdefault(row, []).extend(common.traced_phases(trace_file))
                     waits.append(job_id)
                 else:
                     s = anchor_submit(argv[tool], ws, dest, m)

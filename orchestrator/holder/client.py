@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from orchestrator import trace
 from orchestrator.errors import HostError
-from orchestrator.holder.wire import Reader, ask, connect, frame, lock_free, place
+from orchestrator.holder.wire import Reader, ask, connect, lock_free, place, send_frame
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
@@ -129,14 +129,15 @@ class HeldProcess(Process):
     def lost(self, detail: str | None = None) -> HostError:
         return self._t.error(f" was lost{detail or self._lost or ''}")
 
-    def _send(self, kind: bytes, payload: bytes = b"") -> None:
+    def _send(self, kind: bytes, payload: bytes | memoryview = b"") -> None:
         with self._send_lock:
-            self._sock.sendall(frame(kind, payload))
+            send_frame(self._sock, kind, payload)
 
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
+    def write(self, data: bytes | memoryview) -> None:
+        """Send ``data`` as stdin (bytes-like; used only until this returns)."""
+        view = memoryview(data).cast("B")
         while view:
-            chunk = bytes(view[:STDIN_FRAME])
+            chunk = view[:STDIN_FRAME]
             with self._cond:
                 while self._inflight + len(chunk) > WINDOW and not self._done() and not self._killed:
                     self._cond.wait()

@@ -42,6 +42,18 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
     return kind + struct.pack(">I", len(payload)) + payload
 
 
+def send_frame(sock: socket.socket, kind: bytes, payload: bytes | memoryview) -> None:
+    """``sock.sendall(frame(kind, payload))`` without copying ``payload`` into the frame: the
+    header and the payload go out as they are (``sendmsg``), however the kernel splits them."""
+    parts = [memoryview(kind + struct.pack(">I", len(payload))), memoryview(payload).cast("B")]
+    while parts:
+        sent = sock.sendmsg(parts)
+        while parts and sent >= len(parts[0]):
+            sent -= len(parts.pop(0))
+        if parts and sent:
+            parts[0] = parts[0][sent:]
+
+
 class Reader:
     """Buffered reads of lines and frames from a stream socket; ``None`` at EOF."""
 

@@ -37,7 +37,9 @@ COPY_BYTES = 1 << 20  # a file's bytes are read, hashed and written in blocks of
 
 
 class _ProcessWriter(io.RawIOBase):
-    """The process's stdin as a raw file; once ``dropped`` (the stream failed), writes go nowhere."""
+    """The process's stdin as a raw file; once ``dropped`` (the stream failed), writes go nowhere.
+    ``data`` (the buffered writer's own memory) is handed on uncopied: every ``Process.write``
+    is done with it when it returns (a helper session frames it, a pipe or a socket sends it)."""
 
     def __init__(self, proc: Process) -> None:
         self.proc, self.dropped = proc, False
@@ -47,7 +49,7 @@ class _ProcessWriter(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         if not self.dropped:
-            self.proc.write(bytes(data))
+            self.proc.write(data)
         return len(data)
 
 

@@ -45,7 +45,8 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
 def send_frame(sock: socket.socket, kind: bytes, payload: bytes | memoryview) -> None:
     """``sock.sendall(frame(kind, payload))`` without copying ``payload`` into the frame: the
     header and the payload go out as they are (``sendmsg``), however the kernel splits them."""
-    parts = [memoryview(kind + struct.pack(">I", len(payload))), memoryview(payload).cast("B")]
+    data = memoryview(payload).cast("B")
+    parts = [memoryview(kind + struct.pack(">I", len(data))), data]
     while parts:
         sent = sock.sendmsg(parts)
         while parts and sent >= len(parts[0]):

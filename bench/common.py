@@ -49,7 +49,6 @@ __all__ = [
     "start_sshd",
     "table",
     "timed",
-    "traced_phases",
     "wait_for",
 ]
 
@@ -264,6 +263,19 @@ class Orch:
             if words:
                 out.setdefault(words[0].strip(":").lower(), at)
         return out
+
+    @contextmanager
+    def traced(self, path: Path) -> Iterator[list[dict[str, float]]]:
+        """Commands run in the block write their ``ORCH_TRACE`` lines to ``path`` (emptied first);
+        the list it gives holds each command's phases (``traced_phases``) once the block ended."""
+        path.unlink(missing_ok=True)
+        self.env["ORCH_TRACE"] = str(path)
+        phases: list[dict[str, float]] = []
+        try:
+            yield phases
+        finally:
+            del self.env["ORCH_TRACE"]
+        phases.extend(traced_phases(path))
 
     def add_host(self, name: str, port: int, key: Path, root: Path) -> None:
         self.run("hosts", "add", name, "--ssh", f"ssh -p {port} root@127.0.0.1", "--identity", str(key),

@@ -128,13 +128,9 @@ def back_to_back(args, orch: Orch, label: str, host: str, root: Path, argv: dict
                     rewrite_one(ws / small[(r * 37) % len(small)], args.file_kib << 10)
                 m = marker()
                 if tool == "orch":
-                    trace_file.unlink(missing_ok=True)
-                    orch.env["ORCH_TRACE"] = str(trace_file)
-                    try:
+                    with orch.traced(trace_file) as traced:
                         s, job_id = orch.submit(write_spec(orch, host, ws, m))
-                    finally:
-                        del orch.env["ORCH_TRACE"]
-                    phases.setdefault(row, []).extend(common.traced_phases(trace_file))
+                    phases.setdefault(row, []).extend(traced)
                     waits.append(job_id)
                 else:
                     s = anchor_submit(argv[tool], ws, dest, m)

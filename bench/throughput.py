@@ -146,15 +146,10 @@ def main() -> None:
                     for tool in (("orch", "rsync") if r % 2 == 0 else ("rsync", "orch")):
                         w0 = sum(proxy.counters())
                         if tool == "orch":
-                            trace_file = tmp / "trace.txt"
-                            trace_file.unlink(missing_ok=True)
-                            orch.env["ORCH_TRACE"] = str(trace_file)
-                            try:
+                            with orch.traced(tmp / "trace.txt") as traced:
                                 s = run_job(orch, root, spec(orch, f"a-{label}-{r}", host, ws,
                                                              ["python", "-c", "pass"]))[0]
-                            finally:
-                                del orch.env["ORCH_TRACE"]
-                            sent = [p for p in common.traced_phases(trace_file) if "send" in p and "plan" in p]
+                            sent = [p for p in traced if "send" in p and "plan" in p]
                             t.setdefault("a-send", []).append((sent[0]["send"] - sent[0]["plan"]) / 1000)
                         else:
                             s = rsync(cm.argv, f"{ws}/", f"{DEST}:{anchor_dir}/")

@@ -10,6 +10,7 @@ the session (the laptop sees the channel close).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -253,7 +254,7 @@ PIPE_BYTES = 1 << 20  # Linux's ``pipe-max-size`` default: what any user may ask
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ on Linux (named there from Python 3.10)
 
 
-def widen_pipes(fds: "tuple[int, ...]" = (0, 1)) -> None:
+def widen_pipes() -> None:
     """Give the helper's stdin and stdout pipes ``PIPE_BYTES`` of room (Linux; anything else,
     a socket, a file or a refusal once the user's pipes hold their quota, keeps its size).
 
@@ -263,9 +264,7 @@ def widen_pipes(fds: "tuple[int, ...]" = (0, 1)) -> None:
     0.18 s with 1 MiB (bench/RESULTS.md, issue 26). A fetch's stdout is the same the other way."""
     if not sys.platform.startswith("linux"):
         return
-    import fcntl
-
-    for fd in fds:
+    for fd in (0, 1):
         try:
             fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:

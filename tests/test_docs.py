@@ -11,6 +11,7 @@
   with `` `cli` ``, `` `jobs` ``, ...);
 - the import-linter contract "cli is the only importer of click" in pyproject.toml names every
   top-level package and module of ``orchestrator/`` but ``cli``, read from the tree;
+- README.md's "Development" tree names every top-level package of both sides (``warm/`` too);
 - docs/commands.md has a heading ``orch <command>`` for every command and subcommand of the real
   click group, and names each of its options (`` `--flag` ``, every spelling) under that heading;
   a hidden option (``--iterations`` of ``status``, for tests) is no part of the interface.
@@ -175,3 +176,11 @@ def test_commands_md_has_a_section_for_every_command_naming_each_option() -> Non
 def test_the_command_rule_reads_headings_and_their_bodies() -> None:
     text = "# Commands\n\n### `orch hosts add`\n\n`--ssh CMD` what\n\n### `orch up`\n\n`--trust`\n## Exit codes\nx\n"
     assert command_sections(text) == {"hosts add": "\n`--ssh CMD` what\n\n", "up": "\n`--trust`\n"}
+
+
+def test_the_readme_development_tree_names_every_top_level_package() -> None:
+    tree = section((REPO / "README.md").read_text(encoding="utf-8"), "Development")
+    packages = [f"{root}/{p.name}/" for root in ("orchestrator", "remote_payload")
+                for p in sorted((REPO / root).iterdir()) if (p / "__init__.py").is_file()]
+    missing = [p for p in packages if not re.search(rf"(?<![\w/]){re.escape(p.split('/')[1])}/", tree)]
+    assert missing == [], "\n".join(missing)

@@ -32,7 +32,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
-from orchestrator.jobs.submit import check_rendezvous, checked_plan, connect_all
+from orchestrator.jobs.pipeline import HostSet, check_rendezvous, checked_plan
 from orchestrator.move import direct as movedirect
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan
@@ -291,9 +291,13 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
         loaded = parse_spec(source.spec_text(), Path(record.spec_path))
         values = secrets.recorded(loaded.spec.secret_env, record, f"orch resume {record.job_id} --on")
         slurmplan.check_hosts(loaded, targets)
-        remotes = connect_all(targets, inventory, trust, stack)
         project = selection.project_name(loaded.workspace_dir)
-        hellos = parallel(lambda r: r.call("hello", gpus=True, slurm=r.host.hello_slurm), remotes)
+        connections = HostSet(inventory, registry, trust, stack)  # the submit sequence's connect and hello
+        connections.open(targets, project)
+        down = connections.first_down(on)
+        if down is not None:
+            raise down
+        remotes, hellos = [connections.remotes[n] for n in on], [connections.hellos[n] for n in on]
         unfenced = [f.host for f in fences.pending(registry.path, job_ids=[record.job_id]) if f.host in on]
         if unfenced:  # the first contact above could not set the old attempt there aside
             raise RemoteError(f"{record.job_id}'s superseded attempt on {', '.join(unfenced)} is not stopped yet "

@@ -28,31 +28,22 @@ from __future__ import annotations
 
 import os
 import textwrap
-import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Callable
 
-from orchestrator.access.connect import ask_on_tty, open_transport
-from orchestrator.checks import slurm as slurmcheck
-from orchestrator.errors import HostError, OrchError, UsageError
-from orchestrator.helper.remote import Remote
+from orchestrator.access.connect import ask_on_tty
+from orchestrator.errors import OrchError, UsageError
 from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.jobs import record as repro
 from orchestrator.jobs import secrets
-from orchestrator.jobs.nodes import parallel
-from orchestrator.jobs.submit import Say, checked_plan, claim, plan_syncs, start_nodes, submission_key
+from orchestrator.jobs.pipeline import Batch, HostSet, Say, Unit, claim, naming, run_batch, settle, submission_key
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
-from orchestrator.spec.load import LoadedSpec
 from orchestrator.state import inflight, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry, SweepEntry
 from orchestrator.sweep.expand import Combination
-from orchestrator.sync import record as synccache
 from orchestrator.sync import selection
-from orchestrator.sync import send as transfer
-from orchestrator.testhooks import pause
 from orchestrator.transport import shell
 
 INTERRUPTED = 130
@@ -109,16 +100,6 @@ def entry_for(name: str, combo: Combination) -> SweepEntry:
     return SweepEntry(name, combo.index, combo.total, [[k, v, text] for k, v, text in combo.values])
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _naming(host: str, exc: BaseException) -> str:
-    """The error's first line, headed by ``host`` unless it names it already."""
-    line = _first_line(exc)
-    return line if host in line else f"{host}: {line}"
-
-
 def earlier_jobs(registry: Registry, name: str,
                  combos: list[Combination]) -> tuple[dict[int, tuple[str, str]], dict[int, list[JobRecord]]]:
     """({combination: (job id, state)} of the jobs an earlier submit of sweep ``name``
@@ -140,85 +121,13 @@ def earlier_jobs(registry: Registry, name: str,
     return found, reserved
 
 
-class _Hosts:
-    """The hosts this submit talks to, each on its own: a connection and ``hello`` per host
-    that answered, the first failure of each that did not (``down``, with its exit code)."""
-
-    def __init__(self, inventory: Inventory, registry: Registry, trust: Callable[[str], bool], project: str,
-                 stack: ExitStack) -> None:
-        self.inventory, self.registry, self.trust, self.project, self.stack = inventory, registry, trust, project, stack
-        self.remotes: dict[str, Remote] = {}
-        self.hellos: dict[str, dict[str, Any]] = {}
-        self.down: dict[str, tuple[str, int]] = {}
-        self.lock = threading.Lock()
-
-    def open(self, hosts: list[Host]) -> None:
-        """Connect to ``hosts`` at once; never raises an ``OrchError`` (it lands in ``down``)."""
-        parallel(self._open_one, hosts)
-
-    def _open_one(self, host: Host) -> None:
-        try:
-            transport = open_transport(host, self.inventory, self.trust)
-        except OrchError as exc:
-            self.fail(host.name, exc)
-            return
-        with self.lock:
-            self.stack.enter_context(transport)
-        remote = Remote(host, transport)
-        try:
-            hello = synccache.hello(remote, self.project, gpus=True)
-        except OrchError as exc:
-            self.fail(host.name, exc)
-            return
-        reach.record(self.registry.path, host.name, ok=True)
-        with self.lock:
-            self.remotes[host.name], self.hellos[host.name] = remote, hello
-
-    def fail(self, name: str, exc: OrchError) -> None:
-        """``name`` is out of this submit from now on (its first failure is kept)."""
-        with self.lock:
-            self.remotes.pop(name, None)
-            if name in self.down:
-                return
-            self.down[name] = (_naming(name, exc), exc.exit_code)
-        if isinstance(exc, HostError):
-            reach.record(self.registry.path, name, ok=False, error=_first_line(exc))
-
-    def job_state(self, name: str, job_id: str) -> dict[str, Any] | None:
-        """The job's status on host ``name`` (None when the host has no such job); a failure
-        to ask takes the host out (``fail``) and is raised."""
-        try:
-            status = self.remotes[name].call("status", jobs=[job_id])["jobs"][job_id]
-        except OrchError as exc:
-            self.fail(name, exc)
-            raise
-        return None if status.get("state") == "unknown" else status
-
-
-def _ask(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
-    """Settle a reservation by asking its host whether the job exists: ``"started"``
-    (its status recorded), ``"void"`` (the reservation removed), or ``"unknown"`` (the host
-    cannot be asked: kept)."""
-    name = record.hosts[0]
-    if name not in hosts.remotes:
-        return "unknown"
-    try:
-        status = hosts.job_state(name, record.job_id)
-    except OrchError:
-        return "unknown"
-    if status is None:
-        registry.forget_reservation(record.job_id)
-        return "void"
-    registry.update(record.job_id, str(status["state"]), {k: v for k, v in status.items() if k != "job_id"})
-    return "started"
-
-
-def _settle(hosts: _Hosts, registry: Registry, record: JobRecord) -> str:
-    """Settle an earlier submit's reservation: ``_ask``'s answer, or ``"lost"`` when its
-    host has been unreachable for ``ORCH_LOST_AFTER_S`` (the reservation recorded lost)."""
+def _settle(hosts: HostSet, registry: Registry, record: JobRecord) -> str:
+    """Settle an earlier submit's reservation: the answer of its host (``pipeline.settle``), or
+    ``"lost"`` when its host has been unreachable for ``ORCH_LOST_AFTER_S`` (the reservation
+    recorded lost)."""
     if inflight.holder(str(record.detail.get("submission", ""))) is not None:
         return "inflight"  # another live submit is launching it: never settled from here
-    how = _ask(hosts, registry, record)
+    how = settle(hosts, record.hosts[0], record.job_id)
     if how != "unknown":
         return how
     name = record.hosts[0]
@@ -234,7 +143,8 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                  only: frozenset[int] | None = None, dry_run: bool = False, force: bool = False,
                  pull_remote_edits: bool = False, trust: Callable[[str], bool] = ask_on_tty) -> SweepResult:
     """Submit every combination of ``only`` (default all) not started yet, each host and each
-    combination on its own (see the module docstring)."""
+    combination on its own (see the module docstring): a batch of one-host jobs through the
+    submit sequence (``jobs/pipeline.py``), on one connection per host."""
     result = SweepResult(name)
     first = combos[0].loaded
     done, reserved = earlier_jobs(registry, name, combos)
@@ -263,9 +173,10 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
     older = {r.hosts[0] for c in todo for r in reserved.get(c.index, [])}
     say(f"sweep {name}: {len(todo)} job(s) on " + ", ".join(f"{h.name} ({h.target})" for h in pool.values()
                                                             if any(c.host == h.name for c in todo)))
-    launched: list[int] = []
+    by_index = {c.index: c for c in todo}
+    batch: Batch | None = None
     with ExitStack() as stack:
-        hosts = _Hosts(inventory, registry, trust, project, stack)
+        hosts = HostSet(inventory, registry, trust, stack)
         try:
             known = list(pool.values())
             for other in sorted(older - set(pool)):  # hosts of earlier reservations, asked whether they started
@@ -273,47 +184,36 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
                     known.append(inventory.get(other))
                 except OrchError as exc:
                     hosts.fail(other, exc)
-            hosts.open([h for h in known if any(c.host == h.name for c in todo) or h.name in older])
+            stages = {h.name: f"sweep-{os.urandom(6).hex()}-{i}" for i, h in enumerate(pool.values())}
+            hosts.open([h for h in known if any(c.host == h.name for c in todo) or h.name in older], project, stages,
+                       None if dry_run else (lambda recorded: selection.same_as_record(files, recorded)))
             ready = _settle_earlier(todo, reserved, hosts, registry, jobs, missed, say)
+            units = []
             for combo in ready:
-                if combo.host in hosts.down:
-                    missed[combo.index] = Missed(combo, *hosts.down[combo.host])
-                    continue
-                remote, hello = hosts.remotes[combo.host], hosts.hellos[combo.host]
-                key = submission_key(combo.loaded, [remote.host])
+                host = pool[combo.host]
+                key = submission_key(combo.loaded, [host])
                 job_id = make_job_id(combo.loaded.spec.name, datetime.now(), os.urandom(8))
-                try:
-                    if not dry_run:  # a live submit of this very combination is refused, never joined
+                if not dry_run and combo.host not in hosts.down:
+                    try:  # a live submit of this very combination is refused, never joined
                         claim(stack, key, combo.loaded, registry)
-                    plan, more = checked_plan(combo.loaded, project, [remote], [hello], job_id)
-                except OrchError as exc:
-                    missed[combo.index] = Missed(combo, _naming(combo.host, exc), exc.exit_code)
-                    continue
-                warnings += [f"combination {combo.index}: {w}" for w in more]
-                jobs[combo.index] = SweepJob(combo, plan, job_id, key=key)
-            for warning in dict.fromkeys(warnings):
-                say(f"warning: {warning}")
-            planned = [c for c in ready if c.index in jobs and not jobs[c.index].skipped]
-            if not dry_run:
-                staged = _sync(hosts, sorted({c.host for c in planned}), first, files, project, force,
-                               pull_remote_edits, say)
-                pause("after-sync")
-                git = repro.git_state(workspace)
-                for combo in planned:
-                    last = combo is [c for c in planned if c.host == combo.host][-1]  # takes the host's staged code
-                    outcome = _launch(hosts, registry, name, combo, jobs[combo.index], project, git, say,
-                                      (staged.get(combo.host), last))
-                    if isinstance(outcome, Missed):
-                        missed[combo.index] = outcome
-                    else:
-                        launched.append(combo.index)
+                    except OrchError as exc:
+                        missed[combo.index] = Missed(combo, naming(combo.host, exc), exc.exit_code)
+                        continue
+                units.append(Unit(combo.index, combo.loaded, (host,), job_id, key, entry_for(name, combo),
+                                  tell=_teller(combo, say)))
+            batch = Batch(units, hosts, project, files, stages, say, force=force, pull_remote_edits=pull_remote_edits,
+                          dry_run=dry_run)
+            batch.result.warnings += warnings
+            run_batch(batch)
         except KeyboardInterrupt as exc:
             result.interrupted = True
             if str(exc):  # an interrupted sync says what each host kept
                 say(f"interrupted: {exc}")
+        if batch is not None:
+            _gather(batch, by_index, jobs, missed)
+        if result.interrupted:
             for combo in todo:
-                started = combo.index in launched or (combo.index in jobs and jobs[combo.index].skipped)
-                if not started and combo.index not in missed:
+                if combo.index not in jobs and combo.index not in missed:
                     missed[combo.index] = Missed(combo, "interrupted (Ctrl-C) before its launch was confirmed",
                                                  INTERRUPTED)
         result.answered = [n for n in pool if n in hosts.remotes]
@@ -322,7 +222,7 @@ def submit_sweep(name: str, combos: list[Combination], inventory: Inventory, reg
     return result
 
 
-def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]], hosts: _Hosts,
+def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]], hosts: HostSet,
                     registry: Registry, jobs: dict[int, SweepJob], missed: dict[int, Missed],
                     say: Say) -> list[Combination]:
     """Settle the earlier reservations of ``todo`` (``_settle``); the combinations still to
@@ -353,69 +253,22 @@ def _settle_earlier(todo: list[Combination], reserved: dict[int, list[JobRecord]
     return ready
 
 
-def _sync(hosts: _Hosts, names: list[str], loaded: LoadedSpec, files: dict[str, selection.LocalFile], project: str,
-          force: bool, pull_remote_edits: bool, say: Say) -> dict[str, str]:
-    """Sync the workspace to each host of ``names`` at once, each setting its tree apart
-    (``remote_payload/helper/stage.py``); a host whose sync fails is out. The stage token of
-    each host synced: every job launched there runs that tree."""
-    plans: dict[str, selection.SyncPlan] = {}
-    for n in [n for n in names if n in hosts.remotes]:
-        try:
-            plans[n] = plan_syncs([hosts.remotes[n]], [hosts.hellos[n]], loaded, files, project, force,
-                                  pull_remote_edits, say)[0]
-        except OrchError as exc:
-            hosts.fail(n, exc)
-            continue
-        plans[n].stage = f"sweep-{os.urandom(6).hex()}-{len(plans)}"
-
-    names = list(plans)
-
-    def failed(i: int, exc: OrchError) -> None:
-        hosts.fail(names[i], exc)
-        say(f"{names[i]}: sync failed ({_first_line(exc)}): its combinations are not started")
-
-    # Ctrl-C: every stream stops at once and the Interrupted error says what each host kept
-    transfer.send_all([hosts.remotes[n] for n in names], project, loaded.workspace_dir, [plans[n] for n in names],
-                      failed)
-    return {n: str(plans[n].stage) for n in names if n in hosts.remotes}
+def _teller(combo: Combination, say: Say) -> Say:
+    """``say`` headed by the combination: ``combination 2/4 (env.X=b): ...``."""
+    return lambda m: say(f"combination {combo.index}/{combo.total} ({combo.label}): {m}")
 
 
-def _launch(hosts: _Hosts, registry: Registry, name: str, combo: Combination, job: SweepJob, project: str,
-            git: tuple[dict[str, Any] | None, str | None], say: Say,
-            staged: tuple[str | None, bool]) -> SweepJob | Missed:
-    """Launch one combination: ask its host first (a silent one gets no reservation), then
-    reserve the id and launch; a launch that fails is settled by asking the host again.
-    ``staged``: the host's stage token (``_sync``) and whether this launch is the last to take
-    it (a tree no launch took is removed by the host after a day)."""
-    if combo.host not in hosts.remotes:
-        return Missed(combo, *hosts.down[combo.host])
-    assert staged[0] is not None, "every host still in the submit was synced"
-    try:
-        hosts.job_state(combo.host, job.job_id)
-    except OrchError:
-        return Missed(combo, *hosts.down[combo.host])
-    plan = job.plan
-    assert plan is not None
-    registry.add(job.job_id, combo.loaded.spec.name, str(combo.loaded.path), [combo.host], plan.job_dir, SUBMITTING,
-                 {"submission": job.key, **slurmcheck.log_nodes(plan)}, sweep=entry_for(name, combo),
-                 secret_env=plan.secret_env)
-    tell: Say = lambda m: say(f"combination {combo.index}/{combo.total} ({combo.label}): {m}")  # noqa: E731
-    extra = {"project": project, "repro": repro.record(combo.loaded, git)}
-    try:
-        start_nodes([hosts.remotes[combo.host]], plan, extra, tell, [str(staged[0])], staged[1])
-    except OrchError as exc:
-        if isinstance(exc, HostError):  # the link is gone: the host cannot be asked
-            hosts.fail(combo.host, exc)
-        how = _ask(hosts, registry, registry.get(job.job_id))
-        if how == "started":
-            return job
-        reason = _naming(combo.host, exc)
-        if how == "unknown":
-            return Missed(combo, f"{reason} during its launch (job {job.job_id}; it may have started there)",
-                          exc.exit_code, job.job_id)
-        return Missed(combo, reason, exc.exit_code)
-    registry.update(job.job_id, "pending", slurmcheck.log_nodes(plan))
-    return job
+def _gather(batch: Batch, combos: dict[int, Combination], jobs: dict[int, SweepJob],
+            missed: dict[int, Missed]) -> None:
+    """The batch's outcome per combination: launched ones (a dry run: planned ones) join
+    ``jobs``, missed ones ``missed``."""
+    done = batch.result
+    started = done.plans if batch.dry_run else {i: done.plans[i] for i in done.launched}
+    units = {u.index: u for u in batch.units}
+    for index, plan in started.items():
+        jobs[index] = SweepJob(combos[index], plan, units[index].job_id, key=units[index].key)
+    for index, miss in done.missed.items():
+        missed[index] = Missed(combos[index], miss.reason, miss.code, miss.job_id)
 
 
 def missed_report(result: SweepResult, command: list[str], hosts_given: list[str] | None) -> str:

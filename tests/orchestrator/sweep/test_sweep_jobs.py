@@ -11,6 +11,7 @@ from unittest.mock import patch
 
 from orchestrator.display.plot import legend_labels, overlay, parse_metrics
 from orchestrator.state.registry import Registry
+from orchestrator.trace import PHASE_WIDTH
 from tests.support.orch import Orch
 
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
@@ -175,3 +176,34 @@ def test_priority_sets_launch_priority_alone_and_for_every_job_of_a_sweep(orch: 
     assert bad.stderr.startswith("error: --priority: launch.priority: must be an integer from -1000000 to 1000000")
     with patch.dict(os.environ, {"ORCH_HOME": str(orch.home)}):
         assert Registry(orch.home).sweep_entries([alone["job_id"]]) == {}
+
+
+def trace_lines(stderr: str) -> list[tuple[str, str]]:
+    """(phase, detail) of each ``ORCH_TRACE`` line (``orch-trace PID  +  12.3 ms  PHASE  detail``)."""
+    return [(rest[:PHASE_WIDTH].strip(), rest[PHASE_WIDTH:].strip()) for rest in
+            (line.split(" ms  ", 1)[1] for line in stderr.splitlines() if line.startswith("orch-trace "))]
+
+
+def test_an_unchanged_sweep_resubmit_takes_the_set_apart_fast_path_as_a_lone_job_does(
+        orch: Orch, box: str, box2: str) -> None:
+    (orch.cwd / "ws").mkdir()
+    (orch.cwd / "ws" / "got.py").write_text(OWN_SCRIPT)
+    (orch.cwd / "job.yaml").write_text(OWN_JOB.replace("hosts: [local]", f"hosts: [{box}, {box2}]"))
+    first = orch("submit", "job.yaml", "--sweep-name", "fast-1", env={"ORCH_TRACE": "1"})
+    sent = [detail for phase, detail in trace_lines(first.stderr) if phase == "send"]
+    assert len(sent) == 2, first.stderr  # each host received the workspace once
+    again = orch("submit", "job.yaml", "--sweep-name", "fast-2", env={"ORCH_TRACE": "1"})
+    phases = trace_lines(again.stderr)
+    assert sorted(d.split(":")[0] for p, d in phases if p == "stage") == ["box", "box2"], again.stderr
+    assert all("set apart from the server's record in hello" in d for p, d in phases if p == "stage")
+    assert [p for p, _ in phases if p == "send"] == [], again.stderr  # nothing received: no sync stream
+    for line in first.stdout.splitlines() + again.stdout.splitlines():
+        job_id = line.split()[0]
+        assert orch.wait_state(job_id, TERMINAL)["state"] == "succeeded", orch("logs", job_id).stdout
+        got = json.loads((orch.job_dir(job_id) / "code" / "outputs" / "got.json").read_text())
+        assert got["LR"] in ("1e-4", "3e-4") and got["argv"] == ["--epochs", "1"]
+    (orch.cwd / "lone.yaml").write_text(OWN_JOB.split("sweep:")[0].replace("hosts: [local]", f"hosts: [{box}]"))
+    lone = orch("submit", "lone.yaml", env={"ORCH_TRACE": "1"})  # the same sequence, the same record of box
+    phases = trace_lines(lone.stderr)
+    assert [d.split(":")[0] for p, d in phases if p == "stage"] == ["box"] and "send" not in [p for p, _ in phases]
+    assert orch.wait_state(lone.stdout.split()[0], TERMINAL)["state"] == "succeeded"

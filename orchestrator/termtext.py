@@ -1,11 +1,12 @@
 """Text from a server is untrusted: strip what could drive the user's terminal; the end of a
-followed log (``final_line``, ``EndLines``)."""
+followed log (``final_line``, ``EndLines``) and whether two streams reach one file (``same_file``)."""
 
 from __future__ import annotations
 
 import codecs
+import os
 import re
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 MAX_REASON = 500  # characters of a server's reason printed at the end of a followed log
@@ -14,6 +15,16 @@ MAX_REASON = 500  # characters of a server's reason printed at the end of a foll
 def clean(text: str) -> str:
     """Drop escape sequences' introducers and other control characters; keep \\n, \\t, \\r."""
     return _CONTROL.sub("", text)
+
+
+def same_file(a: IO[str], b: IO[str]) -> bool:
+    """True when streams ``a`` and ``b`` write to the same file (one terminal, one pipe:
+    ``2>&1``); False when either has no file descriptor."""
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 class CleanDecoder:

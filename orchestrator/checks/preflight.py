@@ -1,6 +1,7 @@
 """Preflight verdicts: the facts ``remote_payload/helper/hostfacts.py`` reports, judged on the laptop.
 
-``judge`` is pure (facts + what a job needs → rows); ``preflight`` makes the one agent call.
+``judge`` is pure (facts + what a job needs → rows); ``preflight`` makes the one agent call;
+``preflight_hosts`` runs it on several hosts and fails on their blockers.
 A ``FAIL`` row is a blocker: the job would not run, or would fill the disk. ``warn`` rows are
 worth reading but do not stop anything.
 """
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.access.connect import open_transport
 from orchestrator.checks import slurm as slurmcheck
-from orchestrator.checks.verdict import FAIL, OK, WARN, Row
+from orchestrator.checks.verdict import FAIL, OK, WARN, Row, blockers
+from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.spec.model import JobSpec
@@ -169,3 +171,16 @@ def preflight(host: Host, inventory: Inventory, needs: Needs) -> list[Row]:
             cluster = slurmcheck.preflight_rows(host, said, needs.spec)
     skew = float(facts.get("time") or arrived) - arrived if isinstance(facts, dict) else 0.0
     return judge(facts if isinstance(facts, dict) else {}, skew, needs, cluster)
+
+
+def preflight_hosts(hosts: list[Host], inventory: Inventory, needs: Needs,
+                    show: Callable[[Host, list[Row]], None]) -> None:
+    """Preflight each host in turn, handing its rows to ``show`` as they come;
+    ``RemoteError`` (exit 4) naming every blocker once all were checked."""
+    failed: list[str] = []
+    for host in hosts:
+        rows = preflight(host, inventory, needs)
+        show(host, rows)
+        failed += [f"{host.name}: {r.check}: {r.note or r.value}" for r in blockers(rows)]
+    if failed:
+        raise RemoteError(f"preflight found {len(failed)} blocker(s):\n  " + "\n  ".join(failed))

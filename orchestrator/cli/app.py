@@ -3,6 +3,11 @@
 Everything costly is opened on first use: the rich consoles (``err``, ``out``), the host
 inventory (pydantic) and the registry. A command that prints plain text and reads only the
 registry — ``orch status`` of finished jobs — loads none of rich, pydantic or paramiko.
+
+The terminal's side of the flows several commands share lives here too, so that no command
+module imports another: following a job (``follow``: the progress bar, Ctrl-C, ``--notify``)
+over ``jobs/follow.py``, a new job's report (``report_new_job``), and a watch over
+``fetch/watch.py`` (``watch``).
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from orchestrator.state.registry import Registry
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
 
+    from orchestrator.helper.remote import Remote
     from orchestrator.hosts.inventory import Inventory
+    from orchestrator.state.registry import JobRecord
 
 
 class App:
@@ -75,8 +84,66 @@ class App:
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    def write_err(self, text: str) -> None:
+        """Text as it is (a log) to stderr: ``--json`` keeps stdout for the JSON."""
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
     def json(self, value: Any) -> None:
         click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+    def follow(self, record: JobRecord, *, as_json: bool = False, node: int | None = None,
+               tail: int | None = None, remotes: dict[str, Remote] | None = None) -> dict[str, Any]:
+        """Follow until the job is terminal (``jobs/follow.py``) and return its status: the log
+        on stdout (on stderr with ``as_json``), on a terminal a progress line (step/total,
+        loss, tokens/s) under it, the end said once. Ctrl-C stops following and leaves the
+        job running (exit 130)."""
+        from orchestrator.display.progress import FollowBar
+        from orchestrator.jobs.follow import follow_to_end
+        from orchestrator.termtext import same_file
+
+        log = sys.stderr if as_json else sys.stdout
+        write = self.write_err if as_json else self.write
+        try:
+            bar = FollowBar(self.err) if FollowBar.enabled(as_json) else None  # plain text when not a terminal
+            status = follow_to_end(record, self.inventory, self.registry, write=write, say=self.say, node=node,
+                                   tail=tail, remotes=remotes, bar=bar, log_beside_say=same_file(log, sys.stderr))
+        except KeyboardInterrupt:
+            self.say(f"stopped following; {record.job_id} keeps running (orch logs {record.job_id} -f)")
+            raise SystemExit(130) from None
+        self.job_ended(record.job_id, status)
+        return status
+
+    def report_new_job(self, job_id: str, result: dict[str, Any], follow: bool, as_json: bool,
+                       remotes: dict[str, Remote] | None = None) -> None:
+        """The shared end of submit and rerun: follow if asked (on ``remotes``, the command's own
+        connections, when given), print ``result`` as JSON (with how a followed job ended) or
+        the job id, and exit 1 when a followed job did not succeed."""
+        if follow:
+            from orchestrator.jobs.follow import ended
+
+            result = ended(result, self.follow(self.registry.get(job_id), as_json=as_json, remotes=remotes))
+        if as_json:
+            self.json(result)
+        else:
+            click.echo(job_id)
+        if follow and result["state"] != "succeeded":
+            raise SystemExit(1)
+
+    def watch(self, record: JobRecord, dest: Path, extra: list[str], everything: bool, interval: float,
+              keep_checkpoints: bool) -> dict[str, Any]:
+        """``orch fetch --watch`` (``fetch/watch.py``): rounds until the job ends; what moved
+        and the job's end said, the summary line on stdout; returns its final status. Ctrl-C
+        stops watching (exit 130) and leaves the job running."""
+        from orchestrator.fetch.watch import watch_to_end
+
+        try:
+            return watch_to_end(record, self.inventory, self.registry, dest, say=self.say, echo=click.echo,
+                                extra=extra, everything=everything, interval=interval,
+                                keep_checkpoints=keep_checkpoints, ended=self.job_ended)
+        except KeyboardInterrupt:
+            self.say(f"stopped watching; {record.job_id} keeps running (orch fetch {record.job_id} --watch)")
+            raise SystemExit(130) from None
 
 
 pass_app = click.make_pass_decorator(App, ensure=True)

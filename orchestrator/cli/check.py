@@ -9,27 +9,14 @@ from pathlib import Path
 import click
 
 from orchestrator.checks.laptop import laptop_report
-from orchestrator.checks.preflight import Needs, preflight
-from orchestrator.checks.verdict import blockers, table
+from orchestrator.checks.preflight import Needs, preflight_hosts
+from orchestrator.checks.verdict import table
 from orchestrator.cli.app import App, pass_app
-from orchestrator.errors import RemoteError
-from orchestrator.hosts.inventory import Host
 from orchestrator.jobs import launchconfig
 from orchestrator.plan import launchers
 from orchestrator.plan.slurm import check_hosts
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.model import JobSpec
-
-
-def run_preflight(app: App, hosts: list[Host], needs: Needs) -> None:
-    """Print a verdict table per host; ``RemoteError`` (exit 4) when any line is a blocker."""
-    failed: list[str] = []
-    for host in hosts:
-        rows = preflight(host, app.inventory, needs)
-        app.out.print(table(host, rows))
-        failed += [f"{host.name}: {r.check}: {r.note or r.value}" for r in blockers(rows)]
-    if failed:
-        raise RemoteError(f"preflight found {len(failed)} blocker(s):\n  " + "\n  ".join(failed))
 
 
 @click.command("check")
@@ -64,7 +51,8 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     for note in notes:
         click.echo(textwrap.fill(note, width=78, initial_indent="  ", subsequent_indent="    "))
     if remote:
-        run_preflight(app, resolved, Needs.of(loaded.spec))
+        preflight_hosts(resolved, app.inventory, Needs.of(loaded.spec),
+                        lambda host, rows: app.out.print(table(host, rows)))  # exit 4 on a blocker
 
 
 def launcher_notes(spec: JobSpec, workspace: Path, nnodes: int) -> list[str]:

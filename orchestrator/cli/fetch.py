@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -12,9 +11,6 @@ from orchestrator.errors import UsageError
 from orchestrator.fetch import unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
 from orchestrator.fetch import DEFAULT_INTERVAL_S
-from orchestrator.fetch.watch import Watch
-from orchestrator.state.registry import JobRecord
-from orchestrator.termtext import final_line
 
 
 @click.command("fetch")
@@ -72,7 +68,7 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     with_checkpoints = watch if checkpoints is None else checkpoints
     extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
     if watch:
-        status = watch_job(app, record, dest, extra, everything, interval, keep_checkpoints)
+        status = app.watch(record, dest, extra, everything, interval, keep_checkpoints)
         if status.get("state") != "succeeded":
             raise SystemExit(1)
         return
@@ -95,33 +91,6 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
                    f"{len(summary.unchanged)} already there")
     if summary.unwritable:  # the rest is here; these names cannot be on this laptop
         raise unwritable_error(summary)
-
-
-def watch_job(app: App, record: JobRecord, dest: Path, extra: list[str], everything: bool, interval: float,
-              keep_checkpoints: bool) -> dict[str, Any]:
-    """``orch fetch --watch``: rounds until the job ends; prints what moved and the job's end;
-    returns its final status. Ctrl-C stops watching (exit 130) and leaves the job running."""
-    watch = Watch(record, app.inventory, app.registry, dest, app.say, extra=extra, everything=everything,
-                  interval=interval, keep_checkpoints=keep_checkpoints)
-    app.say(f"watching {record.job_id} every {interval:g} s into {dest / record.job_id}"
-            + ("" if keep_checkpoints else " (checkpoints the server deletes are removed here too)"))
-    try:
-        status = watch.run()
-    except KeyboardInterrupt:
-        app.say(f"stopped watching; {record.job_id} keeps running (orch fetch {record.job_id} --watch)")
-        raise SystemExit(130) from None
-    assert status is not None  # run() without a stop event returns only when the job has settled
-    note = watch.nothing_note()
-    if note:
-        app.say(note)
-    for line in watch.unfetched_lines() if not note else []:
-        app.say(line)
-    click.echo(watch.describe())
-    app.say(final_line(record.job_id, status))
-    app.job_ended(record.job_id, status)
-    if watch.last is not None and watch.last.unwritable:
-        raise unwritable_error(watch.last)
-    return status
 
 
 COMMANDS = [fetch_cmd]

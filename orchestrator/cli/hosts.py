@@ -12,9 +12,9 @@ from rich.text import Text
 
 from orchestrator.access import keys
 from orchestrator.access.connect import ask_on_tty, open_transport
-from orchestrator.checks.preflight import Needs
+from orchestrator.checks.preflight import Needs, preflight_hosts
+from orchestrator.checks.verdict import table
 from orchestrator.cli.app import App, pass_app
-from orchestrator.cli.check import run_preflight
 from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef, parse_ssh_command
@@ -265,7 +265,7 @@ def check_cmd(app: App, name: str) -> None:
     host = app.inventory.get(name)
     if host.provider is not None and not _provider_check(app, host):
         return
-    run_preflight(app, [host], Needs())
+    preflight_hosts([host], app.inventory, Needs(), lambda host, rows: app.out.print(table(host, rows)))
 
 
 RELEASE_WARN_DAYS = 3

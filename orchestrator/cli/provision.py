@@ -3,17 +3,15 @@ or off, or give its instance back."""
 
 from __future__ import annotations
 
-from typing import Callable
-
 import click
 
-from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.access.power import login, remember_price
 from orchestrator.access.provisioned import bring_down, bring_up
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
-from orchestrator.cli.vscode import renew_user_config
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
+from orchestrator.hosts.sshconfig import renew_user_config
 from orchestrator.providers.open import provider_of
 
 
@@ -24,31 +22,6 @@ def provider_host(app: App, name: str) -> Host:
                          f"`orch hosts add {name} --provider autodl --instance ID --token-env VAR` "
                          "or rented with `orch rent`")
     return host
-
-
-def login(app: App, trust: bool) -> Callable[[Host], None]:
-    """An SSH login that runs ``true``: the proof that the box answers. A first host key is
-    pinned in the entry with ``trust`` (its fingerprint said), else asked about on a terminal;
-    never accepted silently. A pinned key that differs is refused (exit 3)."""
-    def accept(fingerprint: str) -> bool:
-        if trust:
-            app.say(f"pinned host key {fingerprint}")
-            return True
-        return ask_on_tty(fingerprint)
-
-    def run(live: Host) -> None:
-        with open_transport(live, app.inventory, accept) as transport:
-            transport.run(["true"], timeout=60)
-    return run
-
-
-def remember_price(app: App, host: Host) -> None:
-    """The price per hour the provider reports, kept in the entry so that `orch status`'s
-    COST uses it (a price is no secret); nothing changes when it reports none."""
-    assert host.provider is not None
-    price = provider_of(host).instance(host.provider.instance).price_per_hour
-    if price is not None and price != host.price_per_hour:
-        app.inventory.save(app.inventory.get(host.name).model_copy(update={"price_per_hour": price}))
 
 
 @click.command("up")
@@ -63,9 +36,9 @@ def up_cmd(app: App, name: str, trust: bool) -> None:
       orch up a100 --trust     # the first time: pin the box's host key
     """
     host = provider_host(app, name)
-    live = bring_up(host, app.say, login(app, trust))
-    remember_price(app, host)
-    renew_user_config(app, app.inventory.get(name), live)
+    live = bring_up(host, app.say, login(app.inventory, app.say, trust))
+    remember_price(app.inventory, host)
+    renew_user_config(app.inventory, app.inventory.get(name), live, app.say)
     app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}")
 
 

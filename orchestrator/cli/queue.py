@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.display.table import Column, fit
+from orchestrator.display.table import Column, fit, width_for
 from orchestrator.errors import OrchError, RemoteError, UsageError
 from orchestrator.state.registry import TERMINAL
 from orchestrator.termtext import clean
@@ -113,7 +113,6 @@ def queue_cmd(app: App, host: str | None, as_json: bool, wide: bool) -> None:
       orch queue
       orch queue box --json
     """
-    from orchestrator.cli.status import width_for
     from orchestrator.jobs.nodes import call_node, parallel
 
     names = hosts_to_ask(app, host)
@@ -136,7 +135,7 @@ def queue_cmd(app: App, host: str | None, as_json: bool, wide: bool) -> None:
     if as_json:
         app.json([dict(r, host=h.name) for h, r in zip(hosts, replies) if not isinstance(r, OrchError)])
     else:
-        width = width_for(app, wide)
+        width = width_for(wide)
         blocks = []
         for h, reply in zip(hosts, replies):
             if isinstance(reply, OrchError):

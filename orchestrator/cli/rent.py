@@ -9,10 +9,10 @@ import click
 from pydantic import ValidationError
 
 from orchestrator.access import keys
+from orchestrator.access.power import login, remember_price
 from orchestrator.access.provisioned import bring_up
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
-from orchestrator.cli.provision import login, remember_price
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef
 from orchestrator.hosts.presets import PRESETS
@@ -107,12 +107,12 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
             "waiting until SSH answers")
     try:
         market.authorize_key(instance, public_line)
-        live = bring_up(host, app.say, login(app, trust=True))
+        live = bring_up(host, app.say, login(app.inventory, app.say, trust=True))
     except BaseException:
         app.say(f"{name}: {provider} instance {instance} is rented and billing: `orch up {name}` waits for it "
                 f"again, `orch release {name}` destroys it")
         raise
-    remember_price(app, host)
+    remember_price(app.inventory, host)
     app.say(f"{name}: up, SSH answers at {live.user}@{live.address}:{live.port}; `orch down {name}` stops it, "
             f"`orch release {name}` destroys it")
 

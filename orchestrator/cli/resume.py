@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.cli.logs import follow_to_end
 
 
 @click.command("resume")
@@ -70,7 +69,7 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path | None, direc
             raise HostError(f"{exc}\nIf that server is gone for good: orch resume {record.job_id} --on OTHER_HOST "
                             "continues the job elsewhere (docs/moving.md)") from None
         app.say(f"resumed {record.job_id}")
-    if follow and follow_to_end(app, record)["state"] != "succeeded":
+    if follow and app.follow(record)["state"] != "succeeded":
         raise SystemExit(1)
 
 

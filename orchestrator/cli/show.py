@@ -8,7 +8,6 @@ import click
 
 from orchestrator.access.connect import open_transport
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.cli.logs import report_new_job
 from orchestrator.helper.remote import Remote
 from orchestrator.jobs.submit import rerun
 from orchestrator.state import fences
@@ -113,7 +112,7 @@ def rerun_cmd(app: App, job: str, follow: bool, as_json: bool) -> None:
       orch rerun gpt2-lora-20261129-101500-1a2b --follow
     """
     plan = rerun(app.registry.get(job), app.inventory, app.registry, say=app.say)
-    report_new_job(app, plan.job_id, {"job_id": plan.job_id, "rerun_of": job, "state": "pending"}, follow, as_json)
+    app.report_new_job(plan.job_id, {"job_id": plan.job_id, "rerun_of": job, "state": "pending"}, follow, as_json)
 
 
 COMMANDS = [show_cmd, rerun_cmd]

@@ -15,7 +15,6 @@ writes plain text.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -27,6 +26,7 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, row_fields, status_lines
+from orchestrator.display.table import width_for
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.state import fences
 from orchestrator.state.registry import TERMINAL, JobRecord
@@ -101,18 +101,6 @@ def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgr
         app.registry.record_final(record.job_id, state, asdict(progress))
         _FINAL[(record.job_id, state)] = progress
     return progress
-
-
-def width_for(app: App, wide: bool) -> int | None:
-    """The width to fit ``orch status`` to: None (everything) for ``--wide`` or when piped
-    without ``COLUMNS``; on a terminal ``COLUMNS`` or the terminal's width, asked each time
-    (``-w`` follows a resize)."""
-    if wide:
-        return None
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size().columns
-    columns = os.environ.get("COLUMNS", "").strip()
-    return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
 def _lines(app: App, records: list[JobRecord], statuses: dict[str, dict[str, Any]], known_ids: list[str],
@@ -205,9 +193,9 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
     def render(statuses: dict[str, dict[str, Any]]) -> list[str]:
         if found is not None:  # one row per combination of the sweep
             rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
-            return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(app, wide), known_ids,
+            return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(wide), known_ids,
                                            sweepstatus.combinations_of(found))
-        return _lines(app, records, statuses, known_ids, width_for(app, wide), single=bool(job))
+        return _lines(app, records, statuses, known_ids, width_for(wide), single=bool(job))
 
     if not watch:
         _print(render(refresh(app, records)))

@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from orchestrator import trace
+from orchestrator.access.power import power_off_after, power_on_first
+from orchestrator.ask import confirm
 from orchestrator.checks.laptop import laptop_checks, laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.cli.logs import report_new_job
-from orchestrator.cli.poweron import power_off_after, power_on_first
 from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.fetch import DEFAULT_INTERVAL_S
 from orchestrator.jobs.submit import submit
@@ -85,7 +85,11 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--watch-interval and --keep-checkpoints go with --watch")
     overrides = [Axis("launch.priority", ((priority, str(priority)),), "--priority")] if priority is not None else []
-    if not power_on_first(app, loaded, spec_file, yes, dry_run, as_json):  # provider hosts that are off (cli/poweron.py)
+    powered = power_on_first(app.inventory, loaded, spec_file, yes=yes, dry_run=dry_run, say=app.say,
+                             confirm=lambda question: confirm(question, default=False))  # provider hosts that are off
+    if not powered.go_on:  # a dry run stops at what it would power on
+        if as_json:
+            app.json({"dry_run": True, "power_on": list(powered.would_power_on)})
         return
     axes = axes_of(loaded, sweeps)
     if axes:
@@ -124,7 +128,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                   "state": "pending", "sync": done.sync_summary,
                   "excluded": done.selection["excluded"] if done.selection else None}
         if not watch:
-            report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
+            app.report_new_job(plan.job_id, result, follow, as_json, done.remotes)
             return
         from orchestrator.fetch.watch import Watch  # only with --watch: a plain submit starts without it
 
@@ -133,16 +137,14 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                             extra=["checkpoints/"], interval=watch_interval, keep_checkpoints=keep_checkpoints)
             try:
                 with watcher.alongside():
-                    report_new_job(app, plan.job_id, result, follow, as_json, done.remotes)
+                    app.report_new_job(plan.job_id, result, follow, as_json, done.remotes)
             except SystemExit:  # the job ended, not succeeded: powered off all the same
-                power_off_after(app, loaded)
+                power_off_after(app.inventory, loaded, app.say)
                 raise
-            power_off_after(app, loaded)
+            power_off_after(app.inventory, loaded, app.say)
             return
-        report_new_job(app, plan.job_id, result, False, as_json, done.remotes)
-    from orchestrator.cli.fetch import watch_job
-
-    status = watch_job(app, app.registry.get(plan.job_id), Path("runs"), ["checkpoints/"], False, watch_interval,
+        app.report_new_job(plan.job_id, result, False, as_json, done.remotes)
+    status = app.watch(app.registry.get(plan.job_id), Path("runs"), ["checkpoints/"], False, watch_interval,
                        keep_checkpoints)
     if status.get("state") != "succeeded":
         raise SystemExit(1)

@@ -8,20 +8,15 @@ from pathlib import Path
 
 import click
 
-from orchestrator.access import keys
 from orchestrator.access.connect import open_transport
-from orchestrator.access.provisioned import connectable
+from orchestrator.access.power import ready_for_system_ssh
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
-from orchestrator.hosts.inventory import Host, SeenEndpoint
-from orchestrator.hosts.sshconfig import BEGIN, alias, own_config, render_block, user_ssh_config, write_block
+from orchestrator.hosts.inventory import Host
+from orchestrator.hosts.sshconfig import alias, inventory_block, own_config, write_user_config
 from orchestrator.sync.selection import project_name
 from orchestrator.transport.base import never
-
-
-def _block(app: App) -> str:
-    return render_block(app.inventory.list(), app.inventory.home)
 
 
 def _ssh_host(app: App, name: str) -> Host:
@@ -29,55 +24,8 @@ def _ssh_host(app: App, name: str) -> Host:
     if host.kind != "ssh":
         raise UsageError(f"`{name}` is this machine: there is nothing to open over SSH")
     if host.provider is not None:
-        return ready_for_system_ssh(app, host)
+        return ready_for_system_ssh(app.inventory, host, app.say)
     return host
-
-
-def ready_for_system_ssh(app: App, host: Host) -> Host:
-    """A provider host made ready for the system ssh and VSCode: its endpoint now (exit 3
-    naming `orch up` when it is off), orch's own key in the box's authorized_keys when the
-    provider gives a password (AutoDL; added once, kept across power cycles with the disk),
-    and the endpoint kept in the entry (``Host.seen``, no password) for the ssh-config block.
-    Returns the host at that endpoint (``Host.live``): what the command connects to next,
-    without asking the provider again."""
-    assert host.provider is not None
-    if not host.host_key:
-        raise UsageError(f"{host.name}: no pinned host key yet: `orch up {host.name} --trust` first")
-    live = connectable(host)
-    if not host.identity_file:
-        _, public = keys.orch_key(None, app.say)
-        with open_transport(live, app.inventory, never) as transport:
-            if keys.install_key(transport, live, public) == "added":
-                app.say(f"{host.name}: orch's key added to {live.user}'s authorized_keys on the box: the system ssh "
-                        "and VSCode log in with it")
-    _remember_seen(app, host, live)
-    return live
-
-
-def renew_user_config(app: App, host: Host, live: Host) -> None:
-    """After a power-on: a provider host's new endpoint (``live``) in the entry and, when the
-    user wrote orch's block into ~/.ssh/config before, in that block too. Nothing for a host
-    never opened with the system ssh."""
-    if host.seen is not None and _remember_seen(app, host, live):
-        path = user_ssh_config()
-        if path.is_file() and BEGIN in path.read_text(encoding="utf-8", errors="replace"):
-            write_user_config(app)
-
-
-def _remember_seen(app: App, host: Host, live: Host) -> bool:
-    """Keep ``live``'s address, port and user as the entry's ``seen``; whether they changed."""
-    seen = SeenEndpoint(address=live.address, port=live.port, user=live.user)
-    if host.seen == seen:
-        return False
-    app.inventory.save(host.model_copy(update={"seen": seen}))
-    return True
-
-
-def write_user_config(app: App) -> None:
-    """Write the managed block into ``~/.ssh/config`` and say whether it changed."""
-    path = user_ssh_config()
-    changed = write_block(_block(app), path)
-    app.say(f"{path}: orch block {'updated (backup: ' + path.name + '.orch-backup)' if changed else 'up to date'}")
 
 
 @click.command("ssh-config")
@@ -95,9 +43,9 @@ def ssh_config_cmd(app: App, write: bool) -> None:
       orch ssh-config --write    # put it into ~/.ssh/config, then `ssh orch-box` works
     """
     if write:
-        write_user_config(app)
+        write_user_config(app.inventory, app.say)
     else:
-        click.echo(_block(app), nl=False)
+        click.echo(inventory_block(app.inventory), nl=False)
 
 
 def remote_root(app: App, host: Host) -> str:
@@ -139,7 +87,7 @@ def code_cmd(app: App, host_name: str, job: str | None, workspace: Path | None) 
         path = f"{remote_root(app, host)}/workspace/{project_name(workspace.resolve())}"
     else:
         path = f"{remote_root(app, host)}/workspace"
-    write_user_config(app)
+    write_user_config(app.inventory, app.say)
     argv = [code, "--remote", f"ssh-remote+{alias(host)}", path]
     app.say(f"opening {path} on {host.name} in VSCode")
     os.execv(code, argv)
@@ -163,7 +111,7 @@ def ssh_cmd(app: App, host_name: str, ssh_args: tuple[str, ...]) -> None:
     ssh = shutil.which("ssh")
     if ssh is None:
         raise UsageError("the `ssh` command is not on PATH (install OpenSSH's client)")
-    config = own_config(_block(app), app.inventory.home)
+    config = own_config(inventory_block(app.inventory), app.inventory.home)
     args = list(ssh_args[1:] if ssh_args[:1] == ("--",) else ssh_args)
     if host.password_env and not host.identity_file:
         app.say(f"{host.name} logs in with a password: it is in ${host.password_env} "

@@ -1,4 +1,5 @@
-"""Fit a table of plain-text cells into a terminal width (pure: no terminal, no I/O).
+"""Fit a table of plain-text cells into a terminal width (``width_for`` asks the terminal for
+it; the rest is pure: no terminal, no I/O).
 
 ``fit`` decides which columns to show and how wide, and returns the table as lines of text:
 
@@ -25,7 +26,10 @@ carriage returns and newlines become spaces. Callers render the lines as plain t
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -145,3 +149,15 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | N
         parts = [_pad(truncate(row[i], widths[i]), widths[i], columns[i].right) for i in kept]
         lines.append(GAP.join(parts).rstrip())
     return lines
+
+
+def width_for(wide: bool) -> int | None:
+    """The width to fit a table to (``orch status``, ``orch queue``): None (everything) for
+    ``--wide`` or when stdout is piped without ``COLUMNS``; on a terminal ``COLUMNS`` or the
+    terminal's width, asked each time (``status -w`` follows a resize)."""
+    if wide:
+        return None
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None

@@ -20,7 +20,9 @@ finds it from any directory). Contracts:
   asked once (and recorded), and is what ``run`` returns.
 
 ``alongside`` runs the rounds in a background thread while ``orch submit --follow`` streams
-the log, then does the final fetch in the caller's thread.
+the log, then does the final fetch in the caller's thread. ``watch_to_end`` is the whole of
+``orch fetch --watch`` (and ``submit --watch``) without a terminal: what it says goes through
+its callbacks.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ from orchestrator.access.connect import open_transport
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
 from orchestrator.fetch import DEFAULT_INTERVAL_S, kit, unfetched
-from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected
+from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected, unwritable_error
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import aggregate, nodes_of
 from orchestrator.state import kits
 from orchestrator.state.registry import JobRecord, Registry
+from orchestrator.termtext import final_line
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import SETTLED
 
@@ -262,3 +265,34 @@ class Watch:
         for line in self.unfetched_lines():
             self.say(line)
         self.say(self.describe())
+
+
+def watch_to_end(record: JobRecord, inventory: Inventory, registry: Registry, dest: Path, *,
+                 say: Callable[[str], None], echo: Callable[[str], None], extra: list[str] | None = None,
+                 everything: bool = False, interval: float = DEFAULT_INTERVAL_S, keep_checkpoints: bool = False,
+                 ended: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Watch ``record`` into ``dest/<job_id>/`` until the job ends and return its final
+    status. ``say`` gets where it watches, each round's news, what the job wrote that no
+    pattern selected (or why nothing was) and the job's end line; ``echo`` the one summary
+    line (``describe``). ``ended(job_id, status)`` is called once the job ended, before a
+    ``LocalFileError`` (exit 2) naming files this laptop cannot hold under their names (the
+    rest is fetched). Ctrl-C is not caught: the job keeps running and the caller is told by
+    ``KeyboardInterrupt``."""
+    watch = Watch(record, inventory, registry, dest, say, extra=list(extra or []), everything=everything,
+                  interval=interval, keep_checkpoints=keep_checkpoints)
+    say(f"watching {record.job_id} every {interval:g} s into {dest / record.job_id}"
+        + ("" if keep_checkpoints else " (checkpoints the server deletes are removed here too)"))
+    status = watch.run()
+    assert status is not None  # run() without a stop event returns only when the job has settled
+    note = watch.nothing_note()
+    if note:
+        say(note)
+    for line in watch.unfetched_lines() if not note else []:
+        say(line)
+    echo(watch.describe())
+    say(final_line(record.job_id, status))
+    if ended is not None:
+        ended(record.job_id, status)
+    if watch.last is not None and watch.last.unwritable:
+        raise unwritable_error(watch.last)
+    return status

@@ -5,6 +5,8 @@ outside the markers are never changed; writing is idempotent (the same inventory
 same bytes, and an unchanged file is not rewritten); the previous file is copied to
 ``config.orch-backup`` before every change; each host's pinned key is written to its own
 ``UserKnownHostsFile`` under ``ORCH_HOME/known_hosts/`` so OpenSSH checks the same key orch does.
+A provider host's endpoint is kept in its entry (``Host.seen``) once the system ssh may use it,
+and renewed after a power-on (``renew_user_config``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.errors import UsageError
 from orchestrator.home import orch_home, write_private
-from orchestrator.hosts.inventory import Host
+from orchestrator.hosts.inventory import Host, Inventory, SeenEndpoint
 
 BEGIN = "# >>> orch managed block: `orch ssh-config --write` rewrites it; edits inside are lost >>>"
 END = "# <<< orch managed block <<<"
@@ -98,6 +101,11 @@ def render_block(hosts: list[Host], home: Path | None = None) -> str:
     return BEGIN + "\n" + "\n".join(stanzas) + END + "\n"
 
 
+def inventory_block(inventory: Inventory) -> str:
+    """``render_block`` of every host of ``inventory``."""
+    return render_block(inventory.list(), inventory.home)
+
+
 def replace_block(text: str, block: str) -> str:
     """``text`` with its managed block replaced by ``block`` (appended when there is none).
 
@@ -138,3 +146,30 @@ def own_config(block: str, home: Path | None = None) -> Path:
     path = (home or orch_home()) / "ssh_config"
     write_private(path, block)
     return path
+
+
+def write_user_config(inventory: Inventory, say: Callable[[str], None]) -> None:
+    """Write ``inventory``'s managed block into ``~/.ssh/config`` and say whether it changed."""
+    path = user_ssh_config()
+    changed = write_block(inventory_block(inventory), path)
+    say(f"{path}: orch block {'updated (backup: ' + path.name + '.orch-backup)' if changed else 'up to date'}")
+
+
+def remember_seen(inventory: Inventory, host: Host, live: Host) -> bool:
+    """Keep ``live``'s address, port and user as ``host``'s entry's ``seen`` (never a
+    password); whether they changed."""
+    seen = SeenEndpoint(address=live.address, port=live.port, user=live.user)
+    if host.seen == seen:
+        return False
+    inventory.save(host.model_copy(update={"seen": seen}))
+    return True
+
+
+def renew_user_config(inventory: Inventory, host: Host, live: Host, say: Callable[[str], None]) -> None:
+    """After a power-on: a provider host's new endpoint (``live``) in the entry and, when the
+    user wrote orch's block into ~/.ssh/config before, in that block too. Nothing for a host
+    never opened with the system ssh."""
+    if host.seen is not None and remember_seen(inventory, host, live):
+        path = user_ssh_config()
+        if path.is_file() and BEGIN in path.read_text(encoding="utf-8", errors="replace"):
+            write_user_config(inventory, say)

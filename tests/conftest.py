@@ -1,5 +1,7 @@
 """Shared fixtures: a real sshd on loopback, an isolated ORCH_HOME, and an ``orch`` runner
-that runs the real CLI in a subprocess (real exit codes, real stderr; tests/support/orch.py)."""
+that runs the real CLI in a subprocess (real exit codes, real stderr; tests/support/orch.py).
+The test tiers' hooks (markers ``root``, ``netns``, ``slurm``; ``--fast``; no skips) live in
+tests/support/tiers.py and are registered here."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host
 from tests.support.orch import HOLD_IDLE_S, REPO, Orch, stop_holders
 from tests.support.sshd import SSHServer, start_sshd
+from tests.support.tiers import (  # noqa: F401 - pytest hooks, registered by being here
+    needs, pytest_addoption, pytest_collection_modifyitems, pytest_configure, pytest_configure_node,
+    pytest_report_collectionfinish, pytest_runtest_makereport, pytest_runtest_protocol, pytest_runtest_setup,
+    pytest_terminal_summary, pytest_unconfigure, pytest_xdist_node_collection_finished)
 
 # Every `python -m orchestrator` a test starts runs this checkout's code, whatever an editable
 # install elsewhere points at (a second worktree of the repository, say).
@@ -82,6 +88,7 @@ def stale_shell_locks() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+@needs("root")
 def sshd() -> SSHServer:
     # Not under pytest's 0700 tmp root: plain test users must read authorized_keys.
     workdir = Path(tempfile.mkdtemp(prefix="orch-sshd-"))
@@ -125,7 +132,7 @@ def box(orch: Orch, sshd: SSHServer) -> str:
     return "box"
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.root)])
 def host(request: pytest.FixtureRequest, orch: Orch) -> str:
     """Each test runs against the built-in `local` host and against the loopback sshd."""
     if request.param == "local":
@@ -133,7 +140,7 @@ def host(request: pytest.FixtureRequest, orch: Orch) -> str:
     return request.getfixturevalue("box")
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.root)])
 def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Remote]:
     """A connection to a host whose root is ``tmp_path/remote``: `local` and the loopback sshd."""
     root = tmp_path / "remote"

@@ -10,12 +10,12 @@ and when it ran in a gate folder, then holds them until the test touches ``<name
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.orch import Orch, write_job
+from tests.support.poll import wait_until
 
 HOLD = """\
 import json, os, pathlib, sys, time
@@ -33,17 +33,6 @@ ran = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "order": os.environ.ge
 """
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
-    """``check()``'s first truthy value, polled; fails naming ``what`` after ``timeout``."""
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @dataclass
 class Gate:
     """The folder where ``hold.py`` jobs say they started and wait to be released."""
@@ -57,7 +46,7 @@ class Gate:
         return f.read_text() if f.exists() else None
 
     def wait_started(self, name: str, timeout: float = 120) -> str:
-        return wait_for(f"{name} to start", lambda: self.started(name), timeout)
+        return wait_until(lambda: self.started(name), what=f"{name} to start", timeout=timeout)
 
     def release(self, name: str) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -89,6 +78,5 @@ def submit(orch: Orch, gate: Gate, host: str, name: str, **kw: Any) -> str:
 
 def queued_at(orch: Orch, job: str, place: int) -> dict[str, Any]:
     """Wait until ``job`` is queued at ``place``; its status."""
-    return wait_for(f"{job} queued #{place}",
-                    lambda: (lambda s: s if s["state"] == "queued" and s.get("queue_position") == place else None)(
-                        orch.json("status", job)))
+    return wait_until(lambda: (lambda s: s if s["state"] == "queued" and s.get("queue_position") == place else None)(
+                        orch.json("status", job)), what=f"{job} queued #{place}", timeout=120)

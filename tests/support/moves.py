@@ -4,13 +4,13 @@ often and can be slowed down, waiting on a condition, and reading what a run lef
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from tests.support.orch import Orch, exact_workspace
+from tests.support.poll import wait_until
 
 
 def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float = 0.0, steps: int = 12) -> Path:
@@ -27,13 +27,6 @@ def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float
                   "batch_size": 2, "max_steps": steps, "save_every": 3, "eval_every": 1000, "log_every": 1},
     }))
     return spec
-
-
-def wait_for(check, what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def adapter(run: Path) -> dict[str, torch.Tensor]:
@@ -54,7 +47,8 @@ def reference_and_stopped(orch: Orch, assets: Path, host: str = "local") -> tupl
     assert ref["state"] == "succeeded", ref
     job = json.loads(orch("submit", str(trainer_spec(orch, assets, host, "mv", delay=0.5)), "--json").stdout)["job_id"]
     folder = orch.job_dir(job)
-    wait_for(lambda: (folder / "checkpoints" / "step-3" / "COMPLETE").exists(), "the first checkpoint")
+    wait_until(lambda: (folder / "checkpoints" / "step-3" / "COMPLETE").exists(),
+               what="the first checkpoint", timeout=180)
     orch("cancel", job)
     assert orch.json("status", job)["state"] == "cancelled"
     stopped_at = max(int(p.name[5:]) for p in (folder / "checkpoints").glob("step-*"))

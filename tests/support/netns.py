@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.sshd import SSHD, keygen
+from tests.support.tiers import need
 
 
 def sh(*argv: str) -> None:
@@ -65,7 +66,8 @@ class Cluster:
 
 
 def start_cluster(workdir: Path, count: int = 2) -> Cluster:
-    """``count`` nodes named node1..nodeN at 10.<a>.<b>.11.. on a fresh bridge."""
+    """``count`` nodes named node1..nodeN at 10.<a>.<b>.11.. on a fresh bridge (test tier ``netns``)."""
+    need("netns", "start_cluster")
     tag = f"{os.getpid() % 10000:04d}"
     subnet = free_subnet(os.getpid(), 200)  # 10.200-249.*: not Slurm's clusters' 10.150-199.*
     workdir.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from orchestrator.sync import record as synccache
 from orchestrator.sync import selection
 from orchestrator.sync.send import sync
 from orchestrator.warm.server import stop_servers
+from tests.support.tiers import need
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD_IDLE_S = "20"  # connection holders (docs/connections.md) and warm servers of the tests idle out soon
@@ -158,7 +159,8 @@ for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 100000):
 
 @contextmanager
 def tmpfs(mount: Path, size: str) -> Iterator[Path]:
-    """A small tmpfs at ``mount`` (a disk that fills up), unmounted afterwards."""
+    """A small tmpfs at ``mount`` (a disk that fills up), unmounted afterwards (test tier ``root``)."""
+    need("root", "tmpfs (mount -t tmpfs)")
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
     try:

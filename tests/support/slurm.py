@@ -41,25 +41,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Callable
 
 from tests.support.netns import free_subnet
+from tests.support.poll import wait_until
 from tests.support.sshd import free_port
+from tests.support.tiers import need
 
 WAIT_S = 120  # what a test waits for Slurm on a loaded 2-core machine
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], Optional[T]], timeout: float = WAIT_S) -> T:
-    """`probe()`'s first truthy value, polled every 0.2 s; AssertionError naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
 
 CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat")
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -161,14 +150,13 @@ class SlurmCluster:
     def wait_job(self, job_id: str, states: tuple[str, ...] = ENDED, timeout: float = 60) -> dict[str, str]:
         """Poll until the job's JobState is one of ``states``; AssertionError (with the
         job and the daemons' logs) at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.job(job_id)
-            if info.get("JobState") in states:
-                return info
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} not in {states} after {timeout:.0f}s: {info}\n{self.logs_tail()}")
-            time.sleep(0.2)
+        seen: list[dict[str, str]] = [{}]
+
+        def reached() -> dict[str, str] | None:
+            seen[0] = self.job(job_id)
+            return seen[0] if seen[0].get("JobState") in states else None
+        return wait_until(reached, what=f"job {job_id} in {states}", timeout=timeout,
+                          detail=lambda: f"{seen[0]}\n{self.logs_tail()}")
 
     def node_states(self) -> dict[str, str]:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
@@ -176,18 +164,18 @@ class SlurmCluster:
 
     def wait_idle(self, timeout: float = 60) -> None:
         """Until every node is ``idle`` (registered, nothing running): start-up and between tests."""
-        deadline = time.monotonic() + timeout
         want = {n.name for n in self.nodes}
-        while True:
+
+        def idle() -> dict[str, str] | None:
             self._check_alive()
             states = self.node_states()
-            if set(states) == want and all(s == "idle" for s in states.values()):
-                return
-            if time.monotonic() > deadline:
-                nodes = self.run("scontrol", "show", "node", "-o", check=False)
-                raise RuntimeError(f"Slurm nodes not idle after {timeout:.0f}s: {states}\n"
-                                   f"{nodes.stdout}{nodes.stderr}\n{self.logs_tail()}")
-            time.sleep(0.2)
+            return states if set(states) == want and all(s == "idle" for s in states.values()) else None
+
+        def nodes() -> str:
+            shown = self.run("scontrol", "show", "node", "-o", check=False)
+            return f"{self.node_states()}\n{shown.stdout}{shown.stderr}\n{self.logs_tail()}"
+        _cluster_wait(lambda: wait_until(idle, what="every Slurm node to be idle", timeout=timeout, interval=0.2,
+                                         detail=nodes))
 
     def cancel_all(self) -> None:
         ids = self.run("squeue", "-h", "-o", "%A", check=False).stdout.split()
@@ -332,7 +320,11 @@ def start_slurm(workdir: Path | None = None, netns: int = 0, partitions: dict[st
     one partition ``debug``). ``gpus``: fake gpu gres per node. ``cpus``: CPUs per node
     instead of the real ones (the configuration overrides the hardware). ``extra_conf``:
     lines appended to slurm.conf (a later key wins, e.g. ``MinJobAge=5``). A start that
-    fails raises RuntimeError with the daemons' logs, having cleaned up."""
+    fails raises RuntimeError with the daemons' logs, having cleaned up. The test tiers ``slurm``
+    (and ``netns`` for ``netns=N``): tests/support/tiers.py."""
+    need("slurm", "start_slurm")
+    if netns:
+        need("netns", f"start_slurm(netns={netns})")
     for attempt in range(3):
         try:
             return _start(workdir, netns, partitions, gpus, cpus, extra_conf, timeout)
@@ -478,13 +470,21 @@ def _spawn(c: SlurmCluster, key: str, argv: list[str]) -> subprocess.Popen:
     return proc
 
 
-def _wait(c: SlurmCluster, what: str, ready, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
+def _cluster_wait(wait: Callable[[], object]) -> None:
+    """Run ``wait``, a wait for the cluster's daemons: a start that times out raises
+    RuntimeError (what ``start_slurm`` promises), not a test's AssertionError."""
+    try:
+        wait()
+    except AssertionError as e:
+        raise RuntimeError(str(e)) from None
+
+
+def _wait(c: SlurmCluster, what: str, ready: Callable[[], bool], timeout: float) -> None:
+    """Until ``ready()``; RuntimeError, with the daemons' logs, once a daemon exits or after ``timeout``."""
+    def up() -> bool:
         c._check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready after {timeout:.0f}s\n{c.logs_tail()}")
-        time.sleep(0.1)
+        return ready()
+    _cluster_wait(lambda: wait_until(up, what=f"{what} to be ready", timeout=timeout, detail=c.logs_tail))
 
 
 def _start_daemons(c: SlurmCluster, timeout: float) -> None:

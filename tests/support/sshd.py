@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.tiers import need
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -27,7 +29,9 @@ def keygen(path: Path, kind: str = "ed25519") -> str:
 
 def ensure_user(name: str, password: str | None = None) -> None:
     """Create a plain login user (bash shell) once; set its password when given. Safe when
-    another test process creates the same user at the same time (useradd then fails: exists)."""
+    another test process creates the same user at the same time (useradd then fails: exists).
+    Test tier ``root`` (tests/support/tiers.py)."""
+    need("root", f"ensure_user({name!r})")
     if subprocess.run(["id", name], capture_output=True).returncode != 0:
         made = subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], capture_output=True, text=True)
         if made.returncode != 0 and subprocess.run(["id", name], capture_output=True).returncode != 0:
@@ -56,7 +60,9 @@ class SSHServer:
 
 def start_sshd(workdir: Path, host_key: Path | None = None, port: int | None = None, extra: str = "") -> SSHServer:
     """Start sshd in the foreground on a free port; return once it accepts connections.
-    ``extra``: more sshd_config lines (``Ciphers aes128-ctr``, say)."""
+    ``extra``: more sshd_config lines (``Ciphers aes128-ctr``, say). Test tier ``root``: its
+    tests log in as root (tests/support/tiers.py)."""
+    need("root", "start_sshd")
     workdir.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", exist_ok=True)
     if host_key is None:

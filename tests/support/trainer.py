@@ -68,6 +68,13 @@ def start(out: Path, cfg: dict, assets: Path, nproc: int | None = 1, **env: str)
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def running(proc: subprocess.Popen, before: str) -> bool:
+    """True while the trainer ``proc`` runs. Once it has exited, AssertionError naming what a
+    test waited for ``before`` its end (a wait that can no longer succeed), with its exit code."""
+    assert proc.poll() is None, f"trainer exited ({proc.returncode}) before {before}"
+    return True
+
+
 def run(out: Path, cfg: dict, assets: Path, nproc: int | None = 1, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     """Run a trainer to the end; stdout+stderr in `.stdout`."""
     write_config(out, cfg)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gpuqueue import wait_for
 from tests.support.orch import Orch, write_job
+from tests.support.poll import wait_until
 from tests.support.sshd import SSHServer, ensure_user
 
 PRICE = 3.6  # per hour: one cent a second... of the laptop's clock
@@ -54,7 +54,7 @@ def test_status_and_queue_are_right_when_the_server_clock_is_an_hour_off(
     (orch.cwd / "ws" / "skew.py").write_text(JOB)
     before = time.time()
     job = orch.json("submit", str(spec))["job_id"]
-    wait_for("step 10", lambda: (orch.json("status", job).get("metrics") or {}).get("step") == 10)
+    wait_until(lambda: (orch.json("status", job).get("metrics") or {}).get("step") == 10, what="step 10", timeout=120)
     time.sleep(2)
     status = orch.json("status", job)
     now = time.time()

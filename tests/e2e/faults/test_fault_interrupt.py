@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.faults.test_fault_network import wait_until, wait_until_receive_ended
+from tests.e2e.faults.test_fault_network import wait_until_receive_ended
 from tests.support.orch import Orch, write_job
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 
 RATE = 4e6  # bytes/s each way: a laptop on a slow uplink
@@ -43,7 +44,8 @@ def interrupt_sync_at(orch: Orch, spec: Path, dest: Path, nbytes: int) -> tuple[
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd, env=orch.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: partial_bytes(dest) >= nbytes, f"the server to hold {nbytes} bytes of big.bin", 180)
+        wait_until(lambda: partial_bytes(dest) >= nbytes,
+                   what=f"the server to hold {nbytes} bytes of big.bin", timeout=180)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

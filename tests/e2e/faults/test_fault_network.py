@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 from remote_payload.jobdir import lease
 from tests.support.orch import Orch, write_job
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 
 
@@ -29,20 +29,11 @@ def big_workspace(orch: Orch, host: str) -> Path:
     return spec
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds (a
-    bound for a hung test, never a timing assertion)."""
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, f"gave up waiting {timeout:g} s for {what}"
-        time.sleep(0.05)
-
-
 def wait_until_receive_ended(root: Path, project: str) -> None:
     """The server's ``receive`` of ``project`` has ended: its lease (an flock the kernel frees
     when the process exits; remote_payload/jobdir/lease.py) is free, so its cleanup is done."""
     lock = root / "state" / f"sync-{project}.json.lock"
-    wait_until(lambda: lease.holder(str(lock)) is None, "the server's receive to end")
+    wait_until(lambda: lease.holder(str(lock)) is None, what="the server's receive to end", timeout=60)
 
 
 def test_sync_cut_midway_fails_cleanly_and_the_next_sync_completes(orch: Orch, flaky: str, proxy: FaultProxy) -> None:
@@ -110,7 +101,7 @@ def follow_ticking_job(orch: Orch, host: str, name: str, ticks: int,
         follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
                                     env={**orch.env, "ORCH_LOG_HEARTBEAT_S": heartbeat_s, "ORCH_KEEPALIVE_S": "1"},
                                     stdout=sink, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: "tick 0010" in ticks_in(printed), "the follower to print line 10")
+    wait_until(lambda: "tick 0010" in ticks_in(printed), what="the follower to print line 10", timeout=60)
     return follower, printed, orch.remote_root / "jobs" / job / "logs" / "node0.log"
 
 
@@ -119,7 +110,7 @@ def test_logs_follow_survives_a_cut_and_a_stall_without_losing_or_repeating_a_li
     follower, printed, log = follow_ticking_job(orch, flaky, "tick", 120, heartbeat_s="0.5")
     proxy.cut()
     written = len(ticks_in(log))  # a line after these can only come through a new connection
-    wait_until(lambda: len(ticks_in(printed)) > written, "the follower to reconnect")
+    wait_until(lambda: len(ticks_in(printed)) > written, what="the follower to reconnect", timeout=60)
     proxy.freeze()  # the reconnected stream now stalls without closing
     _, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
@@ -147,7 +138,7 @@ def _submit_cut_at(orch: Orch, flaky: str, proxy: FaultProxy, point: str, tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", str(spec)], cwd=orch.cwd,
                             env={**orch.env, "ORCH_TEST_PAUSE": f"{point}:{hooks}", "ORCH_HOLD": "0"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until((hooks / f"{point}.reached").exists, f"submit to reach {point}")
+    wait_until((hooks / f"{point}.reached").exists, what=f"submit to reach {point}", timeout=60)
     (cut or proxy.cut)()
     (hooks / f"{point}.go").touch()
     _, err = proc.communicate(timeout=60)

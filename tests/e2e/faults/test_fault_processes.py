@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.orch import Orch, tmpfs, write_job
+from tests.support.poll import wait_until
+from tests.support.tiers import needs
 
 
 def train_job(orch: Orch, host: str, assets: Path, max_steps: int = 40) -> Path:
@@ -28,13 +30,6 @@ def train_job(orch: Orch, host: str, assets: Path, max_steps: int = 40) -> Path:
                   "batch_size": 4, "max_steps": max_steps, "save_every": 10, "log_every": 5, "eval_every": 1000},
     }))
     return spec
-
-
-def wait_for(predicate, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def kill_job(status: dict) -> None:
@@ -52,7 +47,7 @@ def kill_job(status: dict) -> None:
 def test_killed_trainer_is_lost_then_resume_continues_from_the_checkpoint(orch: Orch, box: str, tiny_assets: Path) -> None:
     job = orch.json("submit", str(train_job(orch, box, tiny_assets, max_steps=400)))["job_id"]
     ckpt = orch.remote_root / "jobs" / job / "checkpoints"
-    wait_for(lambda: (ckpt / "step-10" / "COMPLETE").exists())
+    wait_until(lambda: (ckpt / "step-10" / "COMPLETE").exists(), what="checkpoint step-10", timeout=120)
     status = orch.json("status", job)
     kill_job(status)
     time.sleep(0.2)
@@ -86,7 +81,7 @@ def test_server_restart_is_lost_then_resume_finishes_and_nothing_is_refetched(or
     (orch.cwd / "ws" / "parts.py").write_text(RESUMABLE)
     job = orch.json("submit", str(spec))["job_id"]
     outputs = orch.remote_root / "jobs" / job / "outputs"
-    wait_for(lambda: len(list(outputs.glob("part-*.bin"))) >= 4)
+    wait_until(lambda: len(list(outputs.glob("part-*.bin"))) >= 4, what="four parts written", timeout=120)
     orch("fetch", job)  # a fetch while it runs
     local = orch.cwd / "runs" / job / "outputs"
     early = {p.name: p.stat().st_mtime_ns for p in local.glob("part-*.bin")}
@@ -105,6 +100,7 @@ def test_server_restart_is_lost_then_resume_finishes_and_nothing_is_refetched(or
 
 
 @pytest.fixture
+@needs("root")
 def tiny_disk(tmp_path: Path) -> Path:
     with tmpfs(tmp_path / "disk", "3m") as mount:
         yield mount
@@ -167,9 +163,7 @@ def test_a_supervisor_gone_while_the_disk_is_full_shows_failed_not_lost(orch: Or
                                             "import time; time.sleep(300)\n")
     job = orch.json("submit", str(spec))["job_id"]
     folder = tiny_disk / "orch" / "jobs" / job
-    wait_for = time.time() + 120
-    while not (folder / "outputs" / "full").exists() and time.time() < wait_for:
-        time.sleep(0.2)
+    wait_until((folder / "outputs" / "full").exists, what="the job to fill the disk", timeout=120, interval=0.2)
     st = json.loads((folder / "status.json").read_text())
     for pid in [st["supervisor_pid"]] + [p[0] for p in st.get("procs") or []]:  # nothing left to record the end
         os.kill(pid, signal.SIGKILL)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.orch import Orch, tmpfs, write_job
+from tests.support.tiers import needs
 
 
 def launched(orch: Orch) -> list[Path]:
@@ -36,6 +37,7 @@ def assert_clean(out: subprocess.CompletedProcess[str], *needles: str) -> None:
 # --- an unreadable workspace file -------------------------------------------------------
 
 
+@pytest.mark.root  # setpriv drops capabilities only root holds
 def test_an_unreadable_workspace_file_stops_submit_naming_it(orch: Orch, host: str) -> None:
     spec = write_job(orch.cwd, "unreadable", host, ["python", "train.py"])
     (orch.cwd / "ws" / "train.py").write_text("print('ran')\n")
@@ -54,6 +56,7 @@ def test_an_unreadable_workspace_file_stops_submit_naming_it(orch: Orch, host: s
 
 
 @pytest.fixture
+@needs("root")
 def small_disk(tmp_path: Path) -> Path:
     with tmpfs(tmp_path / "small", "8m") as mount:
         yield mount

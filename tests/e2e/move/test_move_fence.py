@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.moves import superseded, wait_for
+from tests.support.moves import superseded
 from tests.support.orch import TICKER, Orch, dead_port, write_job
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 from tests.support.sshd import SSHServer
 
@@ -46,7 +47,8 @@ def ticking_with_a_kit(orch: Orch, host: str, watch_from: Path, env: dict[str, s
                              cwd=watch_from, env={**orch.env, **env}, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: (watch_from / "runs" / job / ".orch-job" / "move.json").is_file(), "the laptop's copy", 120)
+        wait_until(lambda: (watch_from / "runs" / job / ".orch-job" / "move.json").is_file(),
+                   what="the laptop's copy", timeout=120)
     finally:
         watch.terminate()
         watch.wait(timeout=60)
@@ -83,8 +85,8 @@ def test_a_move_from_a_silent_host_waits_until_it_is_lost_and_the_old_attempt_is
     proxy.target = sshd.port  # it answers again: the first contact stops the old attempt
     back = orch("status", env=env)
     assert f"{job}: stopped its superseded attempt on {flaky} (it was running" in back.stderr, back.stderr
-    wait_for(lambda: not alive(old["supervisor_pid"]) and not any(alive(int(p[0])) for p in old["procs"]),
-             "the old attempt's processes to end", 60)
+    wait_until(lambda: not alive(old["supervisor_pid"]) and not any(alive(int(p[0])) for p in old["procs"]),
+               what="the old attempt's processes to end", timeout=60)
     aside = superseded(orch.remote_root / "jobs", job)
     assert json.loads((aside / "superseded.json").read_text())["moved_to"] == box2
     assert not (orch.remote_root / "jobs" / job).exists()  # never read as the job's again
@@ -93,7 +95,8 @@ def test_a_move_from_a_silent_host_waits_until_it_is_lost_and_the_old_attempt_is
     assert f"left on {flaky}: stopped its superseded attempt on {flaky}" in orch("show", job, env=env).stdout
 
     orch.wait_state(job, ("running",))
-    wait_for(lambda: "tick 2 " in orch("logs", job, env=env).stdout, "the log of the attempt on box2", 60)
+    wait_until(lambda: "tick 2 " in orch("logs", job, env=env).stdout,
+               what="the log of the attempt on box2", timeout=60)
     def last_tick_1(text: str) -> int:
         return max(int(line.split()[2]) for line in text.splitlines() if line.startswith("tick 1 "))
 
@@ -111,7 +114,7 @@ def test_a_move_from_a_silent_host_waits_until_it_is_lost_and_the_old_attempt_is
     assert final["hosts"] == [flaky] and Path(final["job_dir"]) == new_dir
     assert [m["to"] for m in json.loads((new_dir / "moves.json").read_text())] == [box2, flaky]
     assert superseded(orch.remote_root / "box2" / "jobs", job).is_dir()
-    wait_for(lambda: "tick 3 " in orch("logs", job, env=env).stdout, "the third attempt's log", 60)
+    wait_until(lambda: "tick 3 " in orch("logs", job, env=env).stdout, what="the third attempt's log", timeout=60)
     orch("cancel", job, env=env)
 
 
@@ -140,7 +143,7 @@ def test_force_moves_at_once_naming_the_risk_and_cancel_stops_the_attempt_left_b
         cancelled = orch("cancel", job, env=QUIET)  # its first contact with the old host
         assert cancelled.stdout.strip() == f"{job}: cancelled"
         assert f"{job}: stopped its superseded attempt on {flaky}" in cancelled.stderr
-        wait_for(lambda: not alive(old["supervisor_pid"]), "the old supervisor to end", 60)
+        wait_until(lambda: not alive(old["supervisor_pid"]), what="the old supervisor to end", timeout=60)
         assert superseded(orch.remote_root / "jobs", job).is_dir()
 
         far_proxy.target = dead_port()  # now the new host is gone too

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 
-from tests.support.moves import assert_same_run, trainer_spec, wait_for
+from tests.support.moves import assert_same_run, trainer_spec
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 
 
@@ -32,7 +33,7 @@ def test_a_job_moves_from_the_laptops_watched_copy_when_its_server_is_gone(
         except (OSError, ValueError):
             return None
 
-    wait_for(lambda: kit_checkpoint() is not None, "a checkpoint in the laptop's copy", 300)
+    wait_until(lambda: kit_checkpoint() is not None, what="a checkpoint in the laptop's copy", timeout=300)
     server_dir = orch.remote_root / "jobs" / job
     status = json.loads((server_dir / "status.json").read_text())
     proxy.close()  # the instance is deleted: unreachable, its processes and files gone

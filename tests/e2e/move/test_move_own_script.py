@@ -9,8 +9,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.support.moves import superseded, wait_for
+from tests.support.moves import superseded
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 
 COUNTER = """\
@@ -45,8 +46,9 @@ def test_an_own_script_moves_with_its_files_through_a_cut_link(orch: Orch, flaky
                     "launch: {nproc_per_node: 1, command: [python, count.py]}\n")
     job = json.loads(orch("submit", str(spec), "--json").stdout)["job_id"]
     old_dir = orch.job_dir(job)
-    wait_for(lambda: (old_dir / "code" / "state.json").exists() and
-             json.loads((old_dir / "code" / "state.json").read_text() or '{"n": 0}')["n"] >= 5, "a few ticks")
+    wait_until(lambda: (old_dir / "code" / "state.json").exists() and
+             json.loads((old_dir / "code" / "state.json").read_text() or '{"n": 0}')["n"] >= 5,
+             what="a few ticks", timeout=180)
     orch("cancel", job)
     stopped = json.loads((old_dir / "code" / "state.json").read_text())["n"]
     assert stopped < 40
@@ -83,8 +85,9 @@ def test_a_direct_copy_between_servers_asks_first_and_leaves_no_key(orch: Orch, 
                     "launch: {nproc_per_node: 1, command: [python, count.py]}\n")
     job = json.loads(orch("submit", str(spec), "--json").stdout)["job_id"]
     old_dir = orch.remote_root / "jobs" / job
-    wait_for(lambda: (old_dir / "code" / "state.json").exists() and
-             json.loads((old_dir / "code" / "state.json").read_text() or '{"n": 0}')["n"] >= 3, "a few ticks")
+    wait_until(lambda: (old_dir / "code" / "state.json").exists() and
+             json.loads((old_dir / "code" / "state.json").read_text() or '{"n": 0}')["n"] >= 3,
+             what="a few ticks", timeout=180)
     orch("cancel", job)
     authorized = Path.home() / ".ssh" / "authorized_keys"
     before = authorized.read_text() if authorized.exists() else ""

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.netns import Cluster, start_cluster
+from tests.support.tiers import needs
 
 
 @pytest.fixture(scope="session")
+@needs("netns")
 def cluster() -> Cluster:
     c = start_cluster(Path(tempfile.mkdtemp(prefix="orch-cluster-")))
     yield c

@@ -13,9 +13,9 @@ import torch
 
 from tests.e2e.multinode.test_multinode import two_nodes  # noqa: F401 (a fixture)
 from tests.e2e.multinode.test_multinode_resume import complete_steps, final_weights, job_folder, resume_spec
-from tests.support.moves import wait_for
 from tests.support.netns import Cluster
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 
 STEPS = 12
 
@@ -33,7 +33,8 @@ def test_a_two_node_job_moves_to_two_other_nodes_bit_identical(
     assert straight["state"] == "succeeded", straight
 
     job = orch.json("submit", str(resume_spec(orch, tiny_assets, two_nodes, 1, "lora", "moved")))["job_id"]
-    wait_for(lambda: any(complete_steps(job_folder(orch, n, job)) for n in two_nodes), "a checkpoint", 300)
+    wait_until(lambda: any(complete_steps(job_folder(orch, n, job)) for n in two_nodes),
+               what="a checkpoint", timeout=300)
     orch("cancel", job, timeout=300)
     step = max(s for n in two_nodes for s in complete_steps(job_folder(orch, n, job)))
     assert step < STEPS, "the run ended before it could be moved"

@@ -14,6 +14,7 @@ from tests.support.standin.autodl import AutoDLStandin
 from tests.support.standin.boxes import StandinServer
 from tests.support.standin.runpod import RunPodStandin
 from tests.support.standin.vast import VastStandin
+from tests.support.tiers import needs
 
 S = TypeVar("S", bound=StandinServer)
 
@@ -30,15 +31,18 @@ def serving(make: Callable[[Path, str], S]) -> Iterator[S]:
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def autodl() -> Iterator[AutoDLStandin]:
     yield from serving(lambda workdir, token: AutoDLStandin(workdir, token, count=2, boot_delay_s=0.5))
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def vast() -> Iterator[VastStandin]:
     yield from serving(lambda workdir, token: VastStandin(workdir, token, boot_delay_s=0.3))
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def runpod() -> Iterator[RunPodStandin]:
     yield from serving(lambda workdir, token: RunPodStandin(workdir, token, boot_delay_s=0.3))

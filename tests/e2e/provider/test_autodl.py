@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 from tests.support.standin.autodl import AutoDLStandin
 
 TOKEN_ENV = "ORCH_TEST_AUTODL_TOKEN"
@@ -196,7 +197,7 @@ def test_submit_to_a_powered_off_instance_powers_it_on_runs_and_on_finish_powers
     job = first.stdout.strip().splitlines()[-1]
     port = box.port
     orch("fetch", job)  # the supervisor powers the box off once the outputs were fetched
-    wait_for(lambda: box.status == "shutdown", 60)
+    wait_until(lambda: box.status == "shutdown", what="the supervisor to power the box off", timeout=60, interval=0.3)
     billed = autodl.ledger()[uuid]
 
     # The watch's move kit no longer waits FINISHING_S (120 s) for a supervisor that waits for this fetch.
@@ -205,15 +206,6 @@ def test_submit_to_a_powered_off_instance_powers_it_on_runs_and_on_finish_powers
     assert "on_finish.power_off: powering a5 off" in second.stderr and "a5: off" in second.stderr
     assert box.status == "shutdown" and autodl.ledger()[uuid] > billed
     secrets_absent(orch, [token, box.password], first.stdout + first.stderr, second.stdout + second.stderr)
-
-
-def wait_for(check: Any, timeout: float) -> None:
-    import time
-
-    deadline = time.time() + timeout
-    while not check():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.3)
 
 
 def test_release_asks_refuses_a_running_instance_and_leaves_nothing_billing(

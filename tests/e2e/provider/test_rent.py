@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.orch import Orch
 from tests.support.standin.boxes import StandinServer
+from tests.support.tiers import needs
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Market:
 
 
 @pytest.fixture(params=["vast", "runpod"])
+@needs("root")  # the stand-in, asked for by name below
 def market(request: pytest.FixtureRequest, orch: Orch) -> Market:
     if request.param == "vast":
         # 0.301 is below the default reliability (0.95), 0.356 has 20 GB of disk (40 asked)

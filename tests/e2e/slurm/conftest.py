@@ -9,23 +9,14 @@ cancelled after it, and the next test starts with every node idle."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Iterator
 
 import pytest
 
-from tests.support.slurm import SlurmCluster, SlurmLogin, available, start_slurm
+from tests.support.slurm import SlurmCluster, SlurmLogin, start_slurm
 from tests.support.sshd import SSHServer
-
-
-def _start(**kw) -> SlurmCluster:
-    missing = available()
-    if missing:
-        pytest.fail(f"the Slurm tests need Slurm and munge (scripts/test.sh installs them as root): {missing}")
-    if os.geteuid() != 0:
-        pytest.fail("the Slurm tests run as root (they start slurmd, munged and network namespaces)")
-    return start_slurm(**kw)
+from tests.support.tiers import needs
 
 
 def settle(cluster: SlurmCluster, timeout: float = 60) -> None:
@@ -40,15 +31,17 @@ def settle(cluster: SlurmCluster, timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="session")
+@needs("slurm")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    cluster = _start(gpus=2)
+    cluster = start_slurm(gpus=2)
     yield cluster
     cluster.teardown()
 
 
 @pytest.fixture(scope="session")
+@needs("slurm", "netns")
 def slurm2_cluster() -> Iterator[SlurmCluster]:
-    cluster = _start(netns=2, gpus=2)
+    cluster = start_slurm(netns=2, gpus=2)
     yield cluster
     cluster.teardown()
 

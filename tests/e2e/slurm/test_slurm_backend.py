@@ -17,7 +17,8 @@ import pytest
 from remote_payload.contract import slurm as R
 from remote_payload.contract.protocol import CANCELLED, FAILED, LOST, PENDING, RUNNING, SUCCEEDED, UNKNOWN
 from remote_payload.slurm import clients as S
-from tests.support.slurm import ENDED, WAIT_S, SlurmCluster, short_hostname, wait_for
+from tests.support.poll import wait_until
+from tests.support.slurm import ENDED, WAIT_S, SlurmCluster, short_hostname
 
 TIMEOUT = WAIT_S
 
@@ -42,7 +43,7 @@ def state_of(cluster: SlurmCluster, job: str, states: tuple[str, ...] = ENDED, t
     def probe() -> Optional[R.Info]:
         info = S.query(job, cluster.env)
         return info if info and info.state in states else None
-    return wait_for(f"job {job} in {states}", probe, timeout)
+    return wait_until(probe, what=f"job {job} in {states}", timeout=timeout)
 
 
 def reason_of(cluster: SlurmCluster, job: str) -> R.Info:
@@ -50,7 +51,7 @@ def reason_of(cluster: SlurmCluster, job: str) -> R.Info:
     def probe() -> Optional[R.Info]:
         info = S.query(job, cluster.env)
         return info if info and info.reason else None
-    return wait_for(f"a pending reason for job {job}", probe)
+    return wait_until(probe, what=f"a pending reason for job {job}", timeout=WAIT_S)
 
 
 # -- the batch script and srun, pure ------------------------------------------------------
@@ -366,14 +367,14 @@ def test_a_job_waits_behind_another_then_runs_and_succeeds(slurm: SlurmCluster, 
     job_dir = make_job_dir(tmp_path)
     blocker = submit(slurm, R.Resources(gpus_per_node=2, job_name="blocker"), job_dir,
                      ["bash", "-c", hold(tmp_path, "blocker")])
-    wait_for("the job holding both GPUs to start", (tmp_path / "blocker.started").exists)
+    wait_until((tmp_path / "blocker.started").exists, what="the job holding both GPUs to start", timeout=WAIT_S)
     job = submit(slurm, R.Resources(gpus_per_node=1, job_name="life"), job_dir,
                  ["bash", "-c", 'echo "gpus=$CUDA_VISIBLE_DEVICES cwd=$PWD"; ' + hold(tmp_path, "life")])
     info = reason_of(slurm, job)
     assert (info.state, info.reason, info.source) == ("PENDING", "Resources", "scontrol")
     assert R.orch_state(info) == (PENDING, "waiting for Slurm: Resources (the nodes it needs are busy)")
     (tmp_path / "blocker.release").touch()
-    wait_for("the job to start", (tmp_path / "life.started").exists)
+    wait_until((tmp_path / "life.started").exists, what="the job to start", timeout=WAIT_S)
     info = S.query(job, slurm.env)
     assert (info.state, info.nodelist, info.batch_host) == ("RUNNING", short_hostname(), short_hostname())
     assert R.orch_state(info) == (RUNNING, None)
@@ -423,7 +424,7 @@ def test_requests_that_can_never_run(slurm: SlurmCluster, tmp_path: Path) -> Non
 def test_cancel(slurm: SlurmCluster, tmp_path: Path) -> None:
     job_dir = make_job_dir(tmp_path)
     job = submit(slurm, R.Resources(job_name="cancel-me"), job_dir, ["bash", "-c", hold(tmp_path, "c")])
-    wait_for("the job to start", (tmp_path / "c.started").exists)
+    wait_until((tmp_path / "c.started").exists, what="the job to start", timeout=WAIT_S)
     S.cancel(job, slurm.env)
     info = state_of(slurm, job)
     assert R.orch_state(info) == (CANCELLED, "cancelled in Slurm")
@@ -442,15 +443,16 @@ def test_time_limit_warning_then_timeout(slurm: SlurmCluster, tmp_path: Path) ->
                     ["bash", "-c", f"trap 'echo usr1 >> {tmp_path}/warned.sig' USR1; {hold(tmp_path, 'warned')}"])
     timed = submit(slurm, R.Resources(time="1", signal_before_s=0, job_name="timed"), job_dir,
                    ["bash", "-c", f"trap 'echo term >> {tmp_path}/timed.sig; exit 143' TERM; {hold(tmp_path, 'timed')}"])
-    wait_for("both jobs to start", lambda: (tmp_path / "warned.started").exists() and (tmp_path / "timed.started").exists())
+    wait_until(lambda: (tmp_path / "warned.started").exists() and (tmp_path / "timed.started").exists(),
+               what="both jobs to start", timeout=WAIT_S)
     slurm.run("scontrol", "update", f"JobId={timed}", "TimeLimit=0")
     info = state_of(slurm, timed, ("TIMEOUT",), timeout=TIMEOUT)
     state, reason = R.orch_state(info)
     assert state == FAILED and reason.startswith("TIMEOUT: it reached its time limit"), reason
-    assert wait_for("SIGTERM at the limit", lambda: (tmp_path / "timed.sig").exists()
-                    and (tmp_path / "timed.sig").read_text()) == "term\n"
-    assert wait_for("the warning", lambda: (tmp_path / "warned.sig").exists()
-                    and (tmp_path / "warned.sig").read_text(), timeout=TIMEOUT) == "usr1\n"
+    assert wait_until(lambda: (tmp_path / "timed.sig").exists()
+                      and (tmp_path / "timed.sig").read_text(), what="SIGTERM at the limit", timeout=WAIT_S) == "term\n"
+    assert wait_until(lambda: (tmp_path / "warned.sig").exists()
+                      and (tmp_path / "warned.sig").read_text(), what="the warning", timeout=TIMEOUT) == "usr1\n"
     assert S.query(warned, slurm.env).state == "RUNNING"  # warned before its limit, and the trap kept it going
     (tmp_path / "warned.release").touch()
     assert state_of(slurm, warned).state == "COMPLETED"
@@ -464,10 +466,11 @@ def test_requeue_puts_the_job_back_to_pending(slurm: SlurmCluster, tmp_path: Pat
     job_dir = make_job_dir(tmp_path)
     job = submit(slurm, R.Resources(requeue=True, job_name="again"), job_dir,
                  ["bash", "-c", f'echo "run ${{SLURM_RESTART_COUNT:-0}}"; {hold(tmp_path, "again")}'])
-    wait_for("the first run", (tmp_path / "again.started").exists)
+    wait_until((tmp_path / "again.started").exists, what="the first run", timeout=WAIT_S)
     assert S.requeue(job, slurm.env) is True
-    info = wait_for("the requeued job to wait", lambda: (lambda i: i if i and (i.state, i.reason) == (
-        "PENDING", "BeginTime") else None)(S.query(job, slurm.env)))
+    info = wait_until(lambda: (lambda i: i if i and (i.state, i.reason) == (
+        "PENDING", "BeginTime") else None)(S.query(job, slurm.env)), what="the requeued job to wait",
+                      timeout=WAIT_S)
     assert R.orch_state(info) == (PENDING, "waiting for Slurm: BeginTime (its start time has not come yet)")
     fields = R.parse_fields(slurm.run("scontrol", "show", "job", "-o", job).stdout)
     assert fields["Restarts"] == "1" and fields["Requeue"] == "1"
@@ -477,7 +480,7 @@ def test_requeue_puts_the_job_back_to_pending(slurm: SlurmCluster, tmp_path: Pat
     S.cancel(job, slurm.env)
     assert state_of(slurm, job).state == "CANCELLED"
     other = submit(slurm, R.Resources(job_name="once"), job_dir, ["bash", "-c", hold(tmp_path, "once")])
-    wait_for("the job to start", (tmp_path / "once.started").exists)
+    wait_until((tmp_path / "once.started").exists, what="the job to start", timeout=WAIT_S)
     with pytest.raises(R.SlurmError) as refused:
         S.requeue(other, slurm.env)
     assert str(refused.value) == f"scontrol requeue {other}: Requested operation is presently disabled for job {other}"
@@ -501,16 +504,17 @@ def test_signal_batch_only_reaches_the_batch_shell_and_full_reaches_the_steps(sl
     batch = (f"trap 'echo term >> {tmp_path}/batch.sig' TERM; trap 'echo usr1 >> {tmp_path}/batch.sig' USR1; "
              f"srun --overlap bash -c {shlex.quote(step)} & {hold(tmp_path, 'batch')}; wait")
     job = submit(slurm, R.Resources(job_name="signals"), job_dir, ["bash", "-c", batch])
-    wait_for("the batch shell and its step", lambda: (tmp_path / "batch.started").exists()
-             and (tmp_path / "step.started").exists())
+    wait_until(lambda: (tmp_path / "batch.started").exists()
+               and (tmp_path / "step.started").exists(), what="the batch shell and its step", timeout=WAIT_S)
     assert S.signal(job, "SIGTERM", batch_only=True, env=slurm.env) is True
-    assert wait_for("the batch shell's trap", lambda: (tmp_path / "batch.sig").exists()
-                    and (tmp_path / "batch.sig").read_text()) == "term\n"
+    assert wait_until(lambda: (tmp_path / "batch.sig").exists()
+                      and (tmp_path / "batch.sig").read_text(), what="the batch shell's trap", timeout=WAIT_S) == "term\n"
     assert not (tmp_path / "step.sig").exists()  # --batch: the step is not signalled
     assert S.query(job, slurm.env).state == "RUNNING"
     assert S.signal(job, "USR1", batch_only=False, env=slurm.env) is True
-    wait_for("the step's trap", lambda: (tmp_path / "step.sig").exists())
-    wait_for("the batch shell's second trap", lambda: "usr1" in (tmp_path / "batch.sig").read_text())
+    wait_until(lambda: (tmp_path / "step.sig").exists(), what="the step's trap", timeout=WAIT_S)
+    wait_until(lambda: "usr1" in (tmp_path / "batch.sig").read_text(),
+               what="the batch shell's second trap", timeout=WAIT_S)
     for name in ("batch", "step"):
         (tmp_path / f"{name}.release").touch()
     assert state_of(slurm, job).state == "COMPLETED"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import SACCT_DISABLED, WAIT_S, SlurmCluster, SlurmLogin, short_hostname, start_slurm, wait_for
+from tests.support.poll import wait_until
+from tests.support.slurm import SACCT_DISABLED, WAIT_S, SlurmCluster, SlurmLogin, short_hostname, start_slurm
 
 TIMEOUT = WAIT_S
 
@@ -61,10 +62,11 @@ def test_fake_gpus_are_scheduled_and_handed_out_apart(slurm: SlurmCluster, tmp_p
     a, b = (slurm.sbatch(f"#!/bin/sh\nsrun sh -c 'echo $CUDA_VISIBLE_DEVICES' > {tmp_path}/{name}.tmp\n"
                          f"mv {tmp_path}/{name}.tmp {tmp_path}/{name}\n{hold}\n", "--gres=gpu:1", "-o", "/dev/null")
             for name in ("a", "b"))
-    wait_for("both 1-GPU jobs to start", lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists())
+    wait_until(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(),
+               what="both 1-GPU jobs to start", timeout=WAIT_S)
     assert {(tmp_path / "a").read_text().strip(), (tmp_path / "b").read_text().strip()} == {"0", "1"}
     c = slurm.sbatch("#!/bin/sh\ntrue\n", "--gres=gpu:1", "-o", "/dev/null")
-    assert wait_for("a reason for the third GPU job", lambda: reason(slurm, c)) == "Resources"
+    assert wait_until(lambda: reason(slurm, c), what="a reason for the third GPU job", timeout=WAIT_S) == "Resources"
     assert slurm.job(c)["JobState"] == "PENDING"
     (tmp_path / "release").touch()
     for job in (a, b, c):
@@ -83,7 +85,7 @@ def test_jobs_bigger_than_the_cluster_pend_or_are_rejected(slurm: SlurmCluster, 
     for cluster in (slurm, slurm2):
         for args in (["-N", str(len(cluster.nodes) + 1)], ["-n", str(cluster.cpus * len(cluster.nodes) + 1)]):
             job = cluster.sbatch("#!/bin/sh\ntrue\n", *args, "-o", "/dev/null")
-            assert wait_for("a pending reason", lambda: reason(cluster, job)) in limits, args
+            assert wait_until(lambda: reason(cluster, job), what="a pending reason", timeout=WAIT_S) in limits, args
             info = cluster.job(job)
             assert info["JobState"] == "PENDING" and info["Reason"] in limits, (args, info)
             cluster.run("scancel", job)
@@ -97,9 +99,9 @@ def test_jobs_bigger_than_the_cluster_pend_or_are_rejected(slurm: SlurmCluster, 
     # Fits the cluster but not now: PENDING (Resources) until the running job ends.
     busy = slurm.sbatch(f"#!/bin/sh\ntouch {tmp_path}/busy\nwhile [ ! -e {tmp_path}/release ]; do sleep 0.2; done\n",
                         "-n", str(slurm.cpus), "-o", "/dev/null")
-    wait_for("the job holding every CPU to start", (tmp_path / "busy").exists)
+    wait_until((tmp_path / "busy").exists, what="the job holding every CPU to start", timeout=WAIT_S)
     waiting = slurm.sbatch("#!/bin/sh\ntrue\n", "-n", "1", "-o", "/dev/null")
-    assert wait_for("a pending reason", lambda: reason(slurm, waiting)) == "Resources"
+    assert wait_until(lambda: reason(slurm, waiting), what="a pending reason", timeout=WAIT_S) == "Resources"
     (tmp_path / "release").touch()
     assert slurm.wait_job(busy, timeout=TIMEOUT)["JobState"] == "COMPLETED"
     assert slurm.wait_job(waiting, timeout=TIMEOUT)["JobState"] == "COMPLETED"
@@ -114,12 +116,12 @@ def test_scancel_terms_then_ends_every_process_of_the_job(slurm2: SlurmCluster, 
         texts = [p.read_text().strip() for p in tmp_path.glob("pid.*")]
         return [int(t) for t in texts] if len(texts) == 2 and all(texts) else []
 
-    pids = wait_for("a task on each node", task_pids)
+    pids = wait_until(task_pids, what="a task on each node", timeout=WAIT_S)
     assert slurm2.job(job)["JobState"] == "RUNNING" and all(alive(pid) for pid in pids)
     slurm2.run("scancel", job)
     info = slurm2.wait_job(job, timeout=TIMEOUT)
     assert info["JobState"] == "CANCELLED"
-    wait_for("the tasks to end", lambda: not any(alive(pid) for pid in pids), timeout=30)
+    wait_until(lambda: not any(alive(pid) for pid in pids), what="the tasks to end", timeout=30)
     assert (tmp_path / "term").read_text() == "term\n"  # the batch script had its SIGTERM
 
 
@@ -164,13 +166,16 @@ def _processes_of(cluster: SlurmCluster) -> list[int]:
     return pids
 
 
+@pytest.mark.slurm
+@pytest.mark.netns
 def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     cluster = start_slurm(Path(f"/tmp/orch-slurm-teardown-{os.getpid()}"), netns=2)
     try:
         job = cluster.sbatch(f"#!/bin/sh\nsrun --ntasks-per-node=1 sleep 300 &\ntouch {tmp_path}/started\nwait\n",
                              "-N", "2", "-o", "/dev/null")
         cluster.wait_job(job, ("RUNNING",), timeout=TIMEOUT)
-        wait_for("the step", lambda: len(_processes_of(cluster)) >= 5)  # daemons, stepds, script, sleeps
+        wait_until(lambda: len(_processes_of(cluster)) >= 5,
+                   what="the step", timeout=WAIT_S)  # daemons, stepds, script, sleeps
         for node in cluster.nodes:  # slurmd gone first: its job processes live on
             node.proc.kill()
             node.proc.wait()
@@ -186,6 +191,7 @@ def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not any(Path(f"/etc/netns/{node.ns}").exists() for node in cluster.nodes)
 
 
+@pytest.mark.slurm
 def test_a_daemon_that_fails_to_start_is_reported_with_its_log() -> None:
     with pytest.raises(RuntimeError) as failed:
         start_slurm(extra_conf="SelectType=select/nonesuch", timeout=30)

@@ -16,9 +16,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.support.orch import Orch, exact_workspace
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
-from tests.support.slurm import SlurmCluster, SlurmLogin, available, start_slurm, wait_for
+from tests.support.slurm import WAIT_S, SlurmCluster, SlurmLogin, available, start_slurm
 from tests.support.sshd import SSHServer
+from tests.support.tiers import needs
 
 SCRIPT = """\
 import os
@@ -161,7 +163,7 @@ def status_where(orch: Orch, job_id: str, what: str, ok, timeout: float = 90) ->
         return status if ok(status) else None
 
     try:
-        return wait_for(what, probe, timeout=timeout)
+        return wait_until(probe, what=what, timeout=timeout)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last status: {seen}") from None
 
@@ -281,6 +283,7 @@ def finished(orch: Orch, job: str) -> str:
 
 
 @pytest.fixture(scope="module")
+@needs("slurm")
 def quick_requeue() -> Iterator[SlurmCluster]:
     """A cluster of its own whose requeued jobs wait 10 s, not the default 120 s: Slurm holds a
     requeued job for the credential lifetime (AuthInfo cred_expire)."""
@@ -351,7 +354,8 @@ def test_follow_through_a_dropped_login_connection_misses_and_repeats_no_line(
             follower = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd,
                                         env={**orch.env, "ORCH_LOG_HEARTBEAT_S": "0.5", "ORCH_KEEPALIVE_S": "1"},
                                         stdout=sink, stderr=subprocess.PIPE, text=True)
-        wait_for("the follower to print line 10 of node 0", lambda: "tick 0010" in ticks(printed.read_text(), 0))
+        wait_until(lambda: "tick 0010" in ticks(printed.read_text(), 0),
+                   what="the follower to print line 10 of node 0", timeout=WAIT_S)
         proxy.cut()
         _, err = follower.communicate(timeout=300)
     finally:

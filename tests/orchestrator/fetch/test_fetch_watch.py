@@ -16,10 +16,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from tests.e2e.faults.conftest import proxy  # noqa: F401 - the fixture
 from tests.support.orch import Orch, dead_port, write_job
+from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
 from tests.support.sshd import SSHServer
 
@@ -52,14 +52,6 @@ for step in range(1, steps + 1):
     print("step", step, flush=True)
 sys.exit(int(os.environ.get("JOB_EXIT", "0")))
 """
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    """Poll ``condition``; fail naming ``what`` after ``timeout`` s (a bound for a hung test)."""
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, f"gave up waiting {timeout:g} s for {what}"
-        time.sleep(0.05)
 
 
 def digest_tree(root: Path) -> dict[str, str]:
@@ -150,7 +142,7 @@ def release_each_step(orch: Orch, job: str, local: Path, steps: int = 3) -> None
     """Let the job write its checkpoints one at a time, each only once the watch has it here."""
     for step in range(1, steps + 1):
         open_gate(orch, job, step)
-        wait_until(lambda: step in steps_here(local), f"step-{step} on the laptop")
+        wait_until(lambda: step in steps_here(local), what=f"step-{step} on the laptop", timeout=90)
 
 
 def assert_final_fetch_equals_a_plain_fetch(orch: Orch, job: str) -> None:
@@ -175,15 +167,15 @@ def test_watch_keeps_whole_checkpoints_current_prunes_them_and_ends_with_the_job
     try:
         for step in range(1, 4):
             open_gate(orch, job, step)
-            wait_until(lambda: step in steps_here(local), f"step-{step} on the laptop")
+            wait_until(lambda: step in steps_here(local), what=f"step-{step} on the laptop", timeout=90)
             assert watch.proc.poll() is None  # the job still runs: the watch goes on
-        wait_until(lambda: steps_here(local) == {2, 3}, "step-1 pruned like on the server")
+        wait_until(lambda: steps_here(local) == {2, 3}, what="step-1 pruned like on the server", timeout=90)
         watch.proc.send_signal(signal.SIGSTOP)  # a laptop asleep: no round for a while ...
         # ... and no other orch runs meanwhile either (asleep, it stops them all; a SIGSTOP may
         # land inside the watch's write to registry.db): the gate is opened by hand
         (job_dir / "gate").write_text("4")
         wait_until(lambda: json.loads((job_dir / "status.json").read_text())["state"] == "succeeded",
-                   "the job to end")
+                   what="the job to end", timeout=90)
         watch.proc.send_signal(signal.SIGCONT)  # ... then awake: the next round catches up
         code, out, err = watch.finish()
     finally:
@@ -230,15 +222,15 @@ def test_watch_survives_a_dropped_link_and_still_ends_with_the_job(orch: Orch, s
     inspector = Inspector(local, server)
     try:
         open_gate(orch, job, 1)
-        wait_until(lambda: 1 in steps_here(local), "step-1 on the laptop")
+        wait_until(lambda: 1 in steps_here(local), what="step-1 on the laptop", timeout=90)
         proxy.target = dead_port()  # the link goes down: open connections cut, new ones refused
         proxy.cut()
-        wait_until(lambda: "link lost" in watch.stderr(), "the watch to notice the outage")
+        wait_until(lambda: "link lost" in watch.stderr(), what="the watch to notice the outage", timeout=90)
         open_gate(orch, job, 2)  # the job goes on meanwhile
-        wait_until(lambda: steps_here(server) == {1, 2}, "step-2 on the server")
+        wait_until(lambda: steps_here(server) == {1, 2}, what="step-2 on the server", timeout=90)
         assert watch.proc.poll() is None and 2 not in steps_here(local)
         proxy.target = sshd.port  # the link is back
-        wait_until(lambda: 2 in steps_here(local), "step-2 on the laptop after the outage")
+        wait_until(lambda: 2 in steps_here(local), what="step-2 on the laptop after the outage", timeout=90)
         open_gate(orch, job, 3)
         code, out, err = watch.finish()
     finally:
@@ -262,7 +254,7 @@ def test_submit_follow_watch_streams_the_log_and_keeps_the_copy_current(orch: Or
         def launched() -> list[Path]:
             return [p for p in jobs.glob("ckpt-*") if (p / "status.json").is_file()] if jobs.is_dir() else []
 
-        wait_until(lambda: bool(launched()), "the job folder on the server")
+        wait_until(lambda: bool(launched()), what="the job folder on the server", timeout=90)
         job = launched()[0].name
         local = orch.cwd / "runs" / job / "checkpoints"
         release_each_step(orch, job, local)
@@ -296,7 +288,7 @@ def test_a_checkpoint_folder_lands_whole_and_a_damaged_one_is_completed_aside(or
     spec = write_job(orch.cwd, "slow", box, ["python", "slow.py"])
     (orch.cwd / "ws" / "slow.py").write_text(SLOW_WRITER)
     job = orch.json("submit", str(spec))["job_id"]
-    wait_until(lambda: (orch.job_dir(job) / "half").exists(), "the half-written checkpoint")
+    wait_until(lambda: (orch.job_dir(job) / "half").exists(), what="the half-written checkpoint", timeout=90)
     orch("fetch", job, "--checkpoints")
     local = orch.cwd / "runs" / job / "checkpoints"
     assert not (local / "step-1").exists() and not list(local.glob(".part-*"))

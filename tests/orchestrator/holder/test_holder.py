@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -30,17 +30,10 @@ from orchestrator.holder.spawn import running, stop_holders
 from orchestrator.holder.wire import Reader
 from orchestrator.hosts.inventory import Host
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 from tests.support.sshd import SSHServer, ensure_user, keygen, start_sshd
 
 SHOW = "echo $SSH_CONNECTION"
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 90) -> Any:
-    deadline = time.time() + timeout
-    while not (value := condition()):
-        assert time.time() < deadline, f"gave up waiting {timeout:g} s for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def gone(pid: int) -> bool:
@@ -60,7 +53,7 @@ def holder(home: Path, not_pid: int | None = None) -> tuple[Path, dict[str, Any]
     def found() -> tuple[Path, dict[str, Any]] | None:
         live = [(s, i) for s, i in running(home) if i["pid"] != not_pid and i["active"]]
         return live[0] if live else None
-    return wait_until(found, "a connection holder to answer")
+    return wait_until(found, what="a connection holder to answer", timeout=90)
 
 
 def holder_pids(home: Path) -> list[int]:
@@ -95,15 +88,15 @@ def test_later_commands_share_the_held_connection_in_a_private_folder(orch: Orch
     pid = info["pid"]  # detached: a session of its own, no terminal, nothing inherited on 0-2
     assert os.getsid(pid) == pid and [os.readlink(f"/proc/{pid}/fd/{n}") for n in range(3)] == ["/dev/null"] * 3
     assert "closed 1 kept connection" in orch("hosts", "disconnect", "box").stderr
-    wait_until(lambda: gone(info["pid"]) and not sock.exists(), "the holder to stop")
+    wait_until(lambda: gone(info["pid"]) and not sock.exists(), what="the holder to stop", timeout=90)
 
 
 def test_an_idle_holder_exits_and_removes_its_socket(orch: Orch, box: str) -> None:
     seen(orch, env={"ORCH_HOLD_IDLE_S": "2"})
     logs = orch.home / "holders"
     wait_until(lambda: logs.is_dir() and any("stopping: idle for 2 s" in p.read_text() for p in logs.glob("*.log")),
-               "the holder to stop when idle")
-    wait_until(lambda: holder_pids(orch.home) == [], "the idle holder to exit")
+               what="the holder to stop when idle", timeout=90)
+    wait_until(lambda: holder_pids(orch.home) == [], what="the idle holder to exit", timeout=90)
     assert list(logs.glob("*.sock")) == [] and running(orch.home) == []
 
 
@@ -112,7 +105,7 @@ def test_a_killed_holders_socket_is_replaced_and_commands_still_work(orch: Orch,
     sock, info = holder(orch.home)
     held_line = seen(orch)
     os.kill(info["pid"], signal.SIGKILL)
-    wait_until(lambda: gone(info["pid"]), "the holder to die")
+    wait_until(lambda: gone(info["pid"]), what="the holder to die", timeout=90)
     assert stat.S_ISSOCK(os.lstat(sock).st_mode)  # left behind
     direct = seen(orch)  # refused socket: connects directly and starts a new holder
     assert direct != held_line
@@ -145,7 +138,7 @@ def test_two_clis_at_once_start_one_holder_and_share_it(orch: Orch, box: str) ->
     racers = [start() for _ in range(3)]  # no holder yet: each may try to start one
     assert all(p.wait(timeout=120) == 0 for p in racers), [p.stderr.read() for p in racers]
     sock, info = holder(orch.home)
-    wait_until(lambda: holder_pids(orch.home) == [info["pid"]], "the losing holders to exit")
+    wait_until(lambda: holder_pids(orch.home) == [info["pid"]], what="the losing holders to exit", timeout=90)
     pair = [start(), start()]
     outs = [p.communicate(timeout=120) for p in pair]
     assert [p.returncode for p in pair] == [0, 0], outs
@@ -190,7 +183,7 @@ def test_hold_0_and_a_disconnected_holder_connect_directly(orch: Orch, box: str)
     held_line = seen(orch)
     assert seen(orch, env=off) != held_line
     assert "closed 1 kept connection" in orch("hosts", "disconnect").stderr
-    wait_until(lambda: gone(info["pid"]), "the holder to stop")
+    wait_until(lambda: gone(info["pid"]), what="the holder to stop", timeout=90)
     assert seen(orch) != held_line
 
 
@@ -259,7 +252,7 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         first.close_stdin()
         assert first.read() == b"" and first.wait() == 0
         spares = wait_until(lambda: len(now := started() - {pid1}) == kept and now,
-                            "the spares to start, one after the other")
+                            what="the spares to start, one after the other", timeout=90)
         second = transport.start(argv, warm=True)
         out = read_until(second, b"\n")
         pid2 = out.split()[-1].decode()
@@ -270,7 +263,7 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         assert len(started()) == 1 + kept
         second.close_stdin()
         assert second.wait() == 0
-        wait_until(lambda: len(started()) == 2 + kept, "the next spare to start")
+        wait_until(lambda: len(started()) == 2 + kept, what="the next spare to start", timeout=90)
         time.sleep(1)
         assert len(started()) == 2 + kept  # that many kept, no more
         third = transport.start(argv, warm=True)
@@ -278,7 +271,7 @@ def test_a_warm_spare_is_handed_out_with_its_early_output_intact(held_host: Host
         held = [transport.start(argv, warm=True) for _ in range(kept - 1)]  # the last one kept taken:
         for proc in held:
             read_until(proc, b"\n")
-        wait_until(lambda: len(started()) > 2 + kept, "a new spare, started while they all run")
+        wait_until(lambda: len(started()) > 2 + kept, what="a new spare, started while they all run", timeout=90)
         for proc in [third, *held]:
             proc.kill()
         before = started()
@@ -320,6 +313,7 @@ def descendants(pid: int) -> list[int]:
     return [int(p) for p in out] + [d for p in out for d in descendants(int(p))]
 
 
+@pytest.mark.root  # its own sshd
 def test_the_holder_exits_when_the_server_goes_away(orch: Orch, tmp_path: Path) -> None:
     server = start_sshd(tmp_path / "own-sshd")
     try:
@@ -336,7 +330,7 @@ def test_the_holder_exits_when_the_server_goes_away(orch: Orch, tmp_path: Path) 
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    wait_until(lambda: gone(info["pid"]) and not sock.exists(), "the holder to exit")
+    wait_until(lambda: gone(info["pid"]) and not sock.exists(), what="the holder to exit", timeout=90)
     assert "stopping: the SSH connection ended" in sock.with_suffix(".log").read_text()
     assert "cannot reach solo" in orch("exec", "solo", "--", "true", check=3).stderr
 
@@ -387,7 +381,7 @@ def test_a_holder_keeps_a_spare_of_its_spawners_helper_from_its_start(
         # Both spares (SPARES_PER_ARGV): they start one after the other, but the second's shell
         # may run before the first's, so "the first mark" need not be the first spare.
         spares = wait_until(lambda: len(names := {p.name for p in marks.iterdir()}) >= SPARES_PER_ARGV and names,
-                            "the holder's spares to start")
+                            what="the holder's spares to start", timeout=90)
         with open_transport(host, None, lambda fp: False) as transport:  # nobody asked for it before: it is there
             assert isinstance(transport, HeldTransport)
             proc = transport.start(argv, warm=True)

@@ -18,6 +18,8 @@ from orchestrator.errors import LocalBusy
 from orchestrator.state import db as db_file
 from orchestrator.state.registry import Registry
 
+from tests.support.poll import wait_until
+
 # A registry write that waits, inside its transaction, for the file "go" — then says "after".
 WRITER = textwrap.dedent("""
     import pathlib, sys, time
@@ -49,14 +51,6 @@ def state_of(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
-def wait_for(check, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Start WRITER on a registry holding job j-1; yield (home, pid); end it whatever happened."""
@@ -69,7 +63,8 @@ def writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                                 env={**os.environ, "PYTHONPATH": str(root)})
     pid = int(launcher.stdout.readline())
     try:
-        wait_for(lambda: (tmp_path / "in").exists(), "the writer inside its transaction")
+        wait_until(lambda: (tmp_path / "in").exists(),
+                   what="the writer inside its transaction", timeout=60.0, interval=0.02)
         yield tmp_path, pid
     finally:
         for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -86,7 +81,7 @@ def test_a_ctrl_z_during_a_write_stops_the_process_only_after_the_commit(writer)
     time.sleep(0.5)
     assert state_of(pid) != "T", "stopped while holding the write lock"
     (home / "go").write_text("1")
-    wait_for(lambda: state_of(pid) == "T", "the held-back stop after the commit")
+    wait_until(lambda: state_of(pid) == "T", what="the held-back stop after the commit", timeout=60.0, interval=0.02)
     assert not (home / "after").exists()  # stopped right at the end of the block, not later
 
     registry = Registry(home)  # meanwhile every other orch writes at once
@@ -94,7 +89,7 @@ def test_a_ctrl_z_during_a_write_stops_the_process_only_after_the_commit(writer)
     assert registry.get("j-1").state == "succeeded"
 
     os.kill(pid, signal.SIGCONT)  # fg: it goes on from where it stopped
-    wait_for(lambda: (home / "after").exists(), "the writer to go on after SIGCONT")
+    wait_until(lambda: (home / "after").exists(), what="the writer to go on after SIGCONT", timeout=60.0, interval=0.02)
 
 
 def test_a_lock_held_past_the_wait_is_a_clear_error_naming_the_file(writer) -> None:
@@ -107,6 +102,6 @@ def test_a_lock_held_past_the_wait_is_a_clear_error_naming_the_file(writer) -> N
     assert caught.value.exit_code == 2
     os.kill(pid, signal.SIGCONT)
     (home / "go").write_text("1")
-    wait_for(lambda: (home / "after").exists(), "the writer to finish")
+    wait_until(lambda: (home / "after").exists(), what="the writer to finish", timeout=60.0, interval=0.02)
     Registry(home).update("j-1", "succeeded")  # the lock is free again
     assert Registry(home).get("j-1").state == "succeeded"

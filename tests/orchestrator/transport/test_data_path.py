@@ -15,11 +15,13 @@ import pytest
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport.ssh import MAX_PACKET_BYTES, WINDOW_BYTES, SSHTransport
 from tests.support.sshd import SSHServer, start_sshd
+from tests.support.tiers import needs
 
 SIZE = 24 << 20  # several windows' worth of the server's, a few of ours
 
 
 @pytest.fixture(scope="module")
+@needs("root")
 def ctr_only() -> Iterator[SSHServer]:
     """An sshd that offers no GCM cipher (an older or a hardened server)."""
     workdir = Path(tempfile.mkdtemp(prefix="orch-sshd-ctr-"))

@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator.holder.wire import ask
 from orchestrator.warm.server import stop_servers
 from tests.support.orch import REPO, Orch, write_job
-from tests.support.slurm import wait_for
+from tests.support.poll import wait_until
 from tests.support.sshd import SSHServer
 
 SLEEPY = ["python", "-c", "import time; print('up', flush=True); time.sleep(120)"]
@@ -39,7 +39,7 @@ def ready(env: dict[str, str]) -> int:
             return ask(server_of(env), "ping", timeout=2).get("pid")
         except (OSError, ValueError):
             return None
-    return wait_for("the warm server to listen", ping, timeout=60)
+    return wait_until(ping, what="the warm server to listen", timeout=60)
 
 
 def forked_by(trace: Path, before: int = 0) -> list[tuple[int, int]]:
@@ -84,13 +84,14 @@ def test_ctrl_c_sigterm_and_a_killed_client_end_the_command_as_they_would_end_or
         orch: Orch, tmp_path: Path) -> None:
     env, trace = warmed(orch, tmp_path)
     job = orch.json("submit", str(write_job(orch.cwd, "sleepy", "local", SLEEPY)), env=env)["job_id"]
-    wait_for("the job to print", lambda: "up" in orch("logs", job, env=env).stdout)
+    wait_until(lambda: "up" in orch("logs", job, env=env).stdout, what="the job to print", timeout=120)
     seen = len(forked_by(trace))
 
     def follow() -> tuple[subprocess.Popen, int]:
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        command = wait_for("the follower's command to start", lambda: forked_by(trace, seen))[-1][0]
+        command = wait_until(lambda: forked_by(trace, seen),
+                             what="the follower's command to start", timeout=120)[-1][0]
         return proc, command
 
     proc, command = follow()
@@ -98,20 +99,20 @@ def test_ctrl_c_sigterm_and_a_killed_client_end_the_command_as_they_would_end_or
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "stopped following" in err, (out, err)
-    wait_for("the interrupted command to end", lambda: not alive(command), timeout=30)
+    wait_until(lambda: not alive(command), what="the interrupted command to end", timeout=30)
 
     seen = len(forked_by(trace))
     proc, command = follow()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM  # as orch's own process ends at SIGTERM
-    wait_for("the terminated command to end", lambda: not alive(command), timeout=30)
+    wait_until(lambda: not alive(command), what="the terminated command to end", timeout=30)
 
     seen = len(forked_by(trace))
     proc, command = follow()
     proc.kill()
     proc.communicate(timeout=60)
-    wait_for("the killed client's command to end", lambda: not alive(command), timeout=30)
+    wait_until(lambda: not alive(command), what="the killed client's command to end", timeout=30)
     orch("cancel", job, env=env)
 
 
@@ -135,7 +136,7 @@ def test_signals_ignored_where_orch_started_stay_ignored_in_its_command(orch: Or
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=ignore)
     try:
-        command = wait_for("the command to start", lambda: forked_by(trace, seen))[-1][0]
+        command = wait_until(lambda: forked_by(trace, seen), what="the command to start", timeout=120)[-1][0]
         masks = dict(line.split(":\t") for line in Path(f"/proc/{command}/status").read_text().splitlines()
                      if line.startswith(("SigIgn", "SigCgt")))
         assert int(masks["SigIgn"], 16) & (1 << (signal.SIGHUP - 1))  # ignored, as in the client
@@ -159,7 +160,7 @@ def test_a_server_stopped_while_a_command_runs_lets_the_next_server_start_at_onc
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", job, "-f"], cwd=orch.cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        command = wait_for("the follower to start", lambda: forked_by(trace, seen))[-1][0]
+        command = wait_until(lambda: forked_by(trace, seen), what="the follower to start", timeout=120)[-1][0]
         stop_servers(orch.home, wait_s=1)
         assert alive(old) and alive(command)  # it waits for its command, which goes on
         orch("status", env=env)
@@ -171,7 +172,7 @@ def test_a_server_stopped_while_a_command_runs_lets_the_next_server_start_at_onc
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     assert proc.returncode == 130
-    wait_for("the old server to end after its command", lambda: not alive(old), timeout=30)
+    wait_until(lambda: not alive(old), what="the old server to end after its command", timeout=30)
     orch("cancel", job, env=env)
 
 
@@ -238,7 +239,7 @@ def test_a_server_runs_only_its_own_code_and_environment_and_idles_out(orch: Orc
     before = len(forked_by(trace))
     assert orch("status", env=env).stdout == orch("status", env={**env, "ORCH_WARM": "0"}).stdout
     assert len(forked_by(trace)) == before  # the stale server ran nothing
-    wait_for("the stale server to end", lambda: not alive(first), timeout=60)
+    wait_until(lambda: not alive(first), what="the stale server to end", timeout=60)
     fresh = ready(env)
     assert fresh != first
     orch("status", env=env)
@@ -249,5 +250,5 @@ def test_a_server_runs_only_its_own_code_and_environment_and_idles_out(orch: Orc
     quick = {**env, "ORCH_WARM_IDLE_S": "1"}
     orch("status", env=quick)
     idle = ready(quick)
-    wait_for("the idle server to end", lambda: not alive(idle), timeout=60)
+    wait_until(lambda: not alive(idle), what="the idle server to end", timeout=60)
     assert not server_of(quick).exists()

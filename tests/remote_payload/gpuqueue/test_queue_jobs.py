@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rich.cells import cell_len
 
-from tests.support.gpuqueue import Gate, queued_at, submit, wait_for
+from tests.support.gpuqueue import Gate, queued_at, submit
 from tests.support.orch import Orch, stop_holders
+from tests.support.poll import wait_until
 
 ALL_DONE = ("succeeded", "failed", "cancelled", "lost")
 
@@ -79,7 +80,8 @@ def test_a_queued_job_starts_after_the_laptop_has_gone(orch: Orch, box: str, gat
     gate.release("a")
     gate.wait_started("b")
     gate.release("b")
-    wait_for("b to succeed on the server", lambda: json.loads(status.read_text())["state"] == "succeeded")
+    wait_until(lambda: json.loads(status.read_text())["state"] == "succeeded",
+               what="b to succeed on the server", timeout=120)
     assert json.loads(status.read_text())["gpus"] == [0]
     assert orch.json("status", b)["state"] == "succeeded" and orch.json("status", a)["state"] == "succeeded"
 
@@ -135,7 +137,7 @@ def test_never_two_jobs_on_one_gpu(orch: Orch, gate: Gate) -> None:
     jobs = [submit(orch, gate, "local", name, gpus=2, hold_s=1.5) for name in names]
     # both GPUs taken before any job ends (released as they were submitted, a slow machine's
     # submits came after the previous job had ended, and every job ran on GPU 0)
-    wait_for("two jobs to run", lambda: sum(gate.started(n) is not None for n in names) >= 2)
+    wait_until(lambda: sum(gate.started(n) is not None for n in names) >= 2, what="two jobs to run", timeout=120)
     for name in names:
         gate.release(name)  # each runs 1.5 s at least, then gives its GPU back
     assert [orch.wait_state(j, ALL_DONE, timeout=180)["state"] for j in jobs] == ["succeeded"] * 6
@@ -160,7 +162,7 @@ def test_the_idle_guard_counts_a_queued_job_as_work(orch: Orch, sshd, gate: Gate
     gate.wait_started("b")
     assert "idle guard" not in (orch.job_dir(a) / "logs" / "node0.log").read_text()
     gate.release("b")
-    wait_for("the idle guard of the last job to power off", marker.exists)
+    wait_until(marker.exists, what="the idle guard of the last job to power off", timeout=120)
     assert "idle guard: no orch job for" in (orch.job_dir(b) / "logs" / "node0.log").read_text()
 
 
@@ -174,15 +176,17 @@ def test_queue_without_jobs_and_on_a_slurm_host(orch: Orch) -> None:
 def test_an_unsupervised_job_keeps_its_gpu_until_its_processes_end(orch: Orch, box: str, gate: Gate) -> None:
     a = submit(orch, gate, box, "a", gpus=1)
     gate.wait_started("a")
-    wait_for("a's process tree in status.json", lambda: json.loads(
-        (orch.job_dir(a) / "status.json").read_text()).get("procs"))
+    wait_until(lambda: json.loads(
+        (orch.job_dir(a) / "status.json").read_text()).get("procs"),
+        what="a's process tree in status.json", timeout=120)
     _kill_supervisor(orch, a)  # only the supervisor: hold.py still runs on GPU 0
     assert orch.json("status", a).get("unsupervised") is True
     b = submit(orch, gate, box, "b", gpus=1)
     queued_at(orch, b, 1)
     shown = orch("queue", box).stdout
     assert f"{a}  unsupervised  0" in shown and f"1  {b}  queued" in shown
-    wait_for("a few queue passes", lambda: "queued #1" in (orch.job_dir(b) / "logs" / "node0.log").read_text())
+    wait_until(lambda: "queued #1" in (orch.job_dir(b) / "logs" / "node0.log").read_text(),
+               what="a few queue passes", timeout=120)
     assert gate.started("b") is None and orch.json("status", b)["state"] == "queued"
     gate.release("a")  # a's last process ends: only now is GPU 0 free
     assert gate.wait_started("b") == "0"
@@ -194,7 +198,8 @@ def test_an_unsupervised_job_keeps_its_gpu_until_its_processes_end(orch: Orch, b
 def test_resume_and_cancel_of_an_unsupervised_job_hand_its_gpu_over(orch: Orch, box: str, gate: Gate) -> None:
     a = submit(orch, gate, box, "a", gpus=1)
     gate.wait_started("a")
-    wait_for("a's process tree", lambda: json.loads((orch.job_dir(a) / "status.json").read_text()).get("procs"))
+    wait_until(lambda: json.loads((orch.job_dir(a) / "status.json").read_text()).get("procs"),
+               what="a's process tree", timeout=120)
     _kill_supervisor(orch, a)
     b = submit(orch, gate, box, "b", gpus=1)
     queued_at(orch, b, 1)
@@ -203,7 +208,8 @@ def test_resume_and_cancel_of_an_unsupervised_job_hand_its_gpu_over(orch: Orch, 
     assert gate.wait_started("b") == "0"
     queued_at(orch, a, 1)
     assert gate.started("a") is None
-    wait_for("b's process tree", lambda: json.loads((orch.job_dir(b) / "status.json").read_text()).get("procs"))
+    wait_until(lambda: json.loads((orch.job_dir(b) / "status.json").read_text()).get("procs"),
+               what="b's process tree", timeout=120)
     _kill_supervisor(orch, b)
     assert orch.json("status", b).get("unsupervised") is True
     assert gate.started("a") is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,9 @@ import pytest
 from remote_payload.trainer.checkpoint import latest_checkpoint
 from remote_payload.trainer.loop import lr_factor
 from remote_payload.trainer.metrics import drop_after
-from tests.remote_payload.trainer.test_trainer_resume import kill_hard, wait_for
-from tests.support.trainer import base_config, metrics, run, start
+from tests.remote_payload.trainer.test_trainer_resume import kill_hard
+from tests.support.poll import wait_until
+from tests.support.trainer import base_config, metrics, run, running, start
 
 
 def complete_rows(path: Path) -> list[dict]:
@@ -35,10 +35,12 @@ def test_a_killed_and_resumed_run_logs_each_step_once(assets: Path, tmp_path: Pa
 
     job = tmp_path / "job"
     proc = start(job, cfg, assets, nproc=1)
-    wait_for(job / "checkpoints" / "step-20" / "COMPLETE", proc)
-    while max((r["step"] for r in complete_rows(job / "metrics.jsonl")), default=0) < 23:
-        assert proc.poll() is None, "the trainer exited before it could be killed"
-        time.sleep(0.005)
+    complete = job / "checkpoints" / "step-20" / "COMPLETE"
+    wait_until(lambda: running(proc, f"{complete} appeared") and complete.exists(), what=f"{complete} to appear",
+               timeout=300, interval=0.01)
+    wait_until(lambda: running(proc, "it could be killed")
+               and max((r["step"] for r in complete_rows(job / "metrics.jsonl")), default=0) >= 23,
+               what="step 23 in metrics.jsonl", timeout=300, interval=0.005)
     kill_hard(proc)
     killed = (job / "metrics.jsonl").read_bytes()
     resumed_at = int(latest_checkpoint(job).name.removeprefix("step-"))

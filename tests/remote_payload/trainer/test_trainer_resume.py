@@ -7,22 +7,14 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.support.trainer import base_config, metrics, run, start, train_losses
-
-
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"trainer exited ({proc.returncode}) before {path} appeared"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
+from tests.support.poll import wait_until
+from tests.support.trainer import base_config, metrics, run, running, start, train_losses
 
 
 def children(pid: int) -> list[int]:
@@ -33,12 +25,12 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def wait_gone(pids: list[int], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-            assert time.monotonic() < deadline, f"worker {pid} outlived its torchrun agent"
-            time.sleep(0.01)
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return True
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -54,14 +46,17 @@ def kill_hard(proc: subprocess.Popen) -> list[int]:
     workers = children(proc.pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    wait_gone(workers)
+    wait_until(lambda: all(gone(pid) for pid in workers), what=f"workers {workers} to end with their torchrun agent",
+               timeout=30, interval=0.01)
     return workers
 
 
 def kill_after_checkpoint(job: Path, cfg: dict, assets: Path, nproc: int, step: int) -> list[int]:
     """Start the run in ``job``, SIGKILL it once checkpoint ``step`` is complete; its workers."""
     proc = start(job, cfg, assets, nproc=nproc)
-    wait_for(job / "checkpoints" / f"step-{step}" / "COMPLETE", proc)
+    complete = job / "checkpoints" / f"step-{step}" / "COMPLETE"
+    wait_until(lambda: running(proc, f"{complete} appeared") and complete.exists(), what=f"{complete} to appear",
+               timeout=300, interval=0.01)
     workers = kill_hard(proc)
     assert not (job / "outputs").exists(), "the run finished before it could be killed"
     return workers
@@ -129,9 +124,8 @@ def test_a_torn_checkpoint_write_is_ignored_and_the_previous_one_used(assets: Pa
 def test_sigterm_finishes_the_step_writes_a_checkpoint_and_exits(assets: Path, tmp_path: Path) -> None:
     cfg = base_config(max_steps=100000, save_every=100000, log_every=1, eval_every=100000)
     proc = start(tmp_path, cfg, assets, nproc=2)
-    wait_for(tmp_path / "metrics.jsonl", proc)
-    while len(metrics(tmp_path)) < 3:
-        time.sleep(0.01)
+    wait_until(lambda: running(proc, "3 metrics rows") and (tmp_path / "metrics.jsonl").exists()
+               and len(metrics(tmp_path)) >= 3, what="3 metrics rows", timeout=300, interval=0.01)
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=120) != 0
     log = (tmp_path / "log.txt").read_text()

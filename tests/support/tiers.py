@@ -89,7 +89,7 @@ def tiers_of(item: pytest.Item) -> frozenset[str]:
 def missing(tier: str) -> str | None:
     """What this machine lacks for ``tier``; None when it has it."""
     if tier == "root":
-        return None if os.geteuid() == 0 else "it runs as root (CI does)"
+        return None if os.geteuid() == 0 else "not running as root (CI runs as root)"
     if tier == "netns":
         return None if shutil.which("ip") or Path("/usr/sbin/ip").exists() else "iproute2's `ip`"
     from tests.support.slurm import available

@@ -216,6 +216,7 @@ def run_without_root_powers(ws: Path) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.root  # setpriv drops capabilities only root holds
 def test_unreadable_folders_are_named_and_an_unreadable_file_stops_the_sync(tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     make(ws, {"train.py": "t", "private/key": "k", "fifo-dir/x": "x"})

@@ -13,12 +13,6 @@ class OrchError(Exception):
     exit_code = 4
 
 
-class JobFailed(OrchError):
-    """The job itself ended in a failed (or cancelled, lost) state."""
-
-    exit_code = 1
-
-
 class UsageError(OrchError):
     """Invalid input: arguments, names, files that do not exist."""
 

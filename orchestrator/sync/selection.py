@@ -150,10 +150,6 @@ class IgnoreRules:
         return IgnoreRules(self.root, self.exclude, self.extra + extra)
 
 
-def ignore_spec(root: Path, exclude: list[str]) -> pathspec.PathSpec:
-    return IgnoreRules(root, exclude).spec
-
-
 @dataclass(frozen=True)
 class Excluded:
     """A path the ignore rules left out: a file (with its size), or a folder (``rel`` ending in

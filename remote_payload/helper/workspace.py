@@ -144,7 +144,8 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
     half-written ever stands under a final name.
 
     ``finish(control, record, received hashes, progress)`` runs last, still under the
-    workspace's lease; its answer joins the reply (``stage.finisher``: the submit's code)."""
+    workspace's lease; its answer joins the reply (``stage.finisher``: the submit's code).
+    The lease is released however the receive ends (a ``finally``)."""
     p = _paths(root, project)
     os.makedirs(p["ws"], exist_ok=True)
     os.makedirs(os.path.dirname(p["record"]), exist_ok=True)
@@ -152,6 +153,15 @@ def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.S
         held = lease.acquire(p["record"] + ".lock", "receive " + project, stall_s)
     except lease.LeaseBusy as exc:
         raise SyncError("another sync of this workspace is running: %s" % exc)
+    try:
+        return _receive_held(p, held, stream, report, finish)
+    finally:
+        held.release()
+
+
+def _receive_held(p: Dict[str, str], held: lease.Lease, stream: IO[bytes],
+                  report: Optional[Callable[[Dict[str, Any]], None]], finish: Optional[Finish]) -> Dict[str, Any]:
+    """``receive``'s work, while it holds the workspace's lease ``held``."""
     whole = read_json(p["record"]) or {}
     old = whole.get("files") or {}
     partial = kept_partials(p["ws"], whole.get("partial"))
@@ -457,19 +467,6 @@ def _entries(control: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
     entries = {rel: entry for rel, entry in old.items() if rel not in gone}
     entries.update(control["changed"])
     return entries
-
-
-def _copy_hashing(src: IO[bytes], dest: str, progress: Callable[[], None]) -> str:
-    h = hashlib.sha256()
-    with open(dest, "wb") as f:
-        while True:
-            block = src.read(1 << 16)
-            if not block:
-                break
-            h.update(block)
-            f.write(block)
-            progress()
-    return h.hexdigest()
 
 
 def remove_stale_temporaries(ws: str, keep: Collection[str] = ()) -> None:

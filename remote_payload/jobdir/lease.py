@@ -98,14 +98,27 @@ HELPER_MARK = "serve"  # in the command line of orch's helper (the only lease ho
 def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional[float] = None) -> Lease:
     """Take the lease for ``what`` (e.g. ``"receive myproject"``), stopping a stalled holder
     of the same ``what``. Raises ``LeaseBusy`` naming the holder after ``max_wait_s``
-    (default: twice ``stall_s``)."""
+    (default: twice ``stall_s``). Whatever ends the wait (``LeaseBusy``, an error writing the
+    holder record, an interrupt), the lock file is closed: only a returned ``Lease`` holds it,
+    and its holder calls ``release`` in a ``finally``."""
     limit = time.time() + (2 * stall_s + 5 if max_wait_s is None else max_wait_s)
     handle = open(path, "a")
+    try:
+        took_over = _take(handle, path, what, stall_s, limit)
+        atomic_write_json(path + ".holder", {"pid": os.getpid(), "what": what, "started": time.time()})
+    except BaseException:
+        handle.close()
+        raise
+    return Lease(path, handle, took_over)
+
+
+def _take(handle: IO[str], path: str, what: str, stall_s: float, limit: float) -> Optional[Dict[str, Any]]:
+    """Wait for the flock on ``handle`` (``acquire``); the stalled holder stopped on the way, if any."""
     took_over: Optional[Dict[str, Any]] = None
     while True:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return took_over
         except BlockingIOError:
             pass
         current = _describe(path)
@@ -117,10 +130,7 @@ def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional
             except OSError:
                 pass
         if time.time() > limit:
-            handle.close()
             held = max(time.time() - current["started"], 0)  # a duration: right whatever the laptop's clock says
             raise LeaseBusy("%s is held by pid %d (%s) for %.0f s, no progress for %.0f s; try again later"
                             % (os.path.basename(path), current["pid"], current["what"], held, current["idle_s"]))
         time.sleep(0.2)
-    atomic_write_json(path + ".holder", {"pid": os.getpid(), "what": what, "started": time.time()})
-    return Lease(path, handle, took_over)

@@ -3,9 +3,9 @@
 
 ``build_manifest`` lists the folder (of ``code/``, only what the job wrote there);
 ``known_hashes`` / ``keep_hashes`` let a listing keep the hash of a file whose size and mtime
-are unchanged. While a job runs, ``ManifestCache`` builds the manifest in the background, so
-the one written at the end (before the terminal state) hashes only what is new or changed
-since; ``Flock`` serialises ``manifest.json`` writes between supervisors of one job folder (an
+are unchanged. While a job runs, ``ManifestCache`` builds the manifest in the background (a
+duty of ``jobdir/duties.py``), so the one written at the end (before the terminal state)
+hashes only what is new or changed since; ``Flock`` serialises ``manifest.json`` writes between supervisors of one job folder (an
 earlier attempt's late refresh never crosses a later attempt's final write).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-import threading
 import time
 from typing import Any, Dict, Optional
 
@@ -28,6 +27,7 @@ from remote_payload.contract.jobfolder import (
     read_json,
     sha256_file,
 )
+from remote_payload.jobdir.duties import Duty, Log
 
 
 def known_hashes(job_dir: str) -> Dict[str, Dict[str, Any]]:
@@ -136,37 +136,32 @@ def snapshot_record(code_dir: str, rels: "list[str]") -> Dict[str, Any]:
     return {"files": files}
 
 
-MANIFEST_DUTY = 4.0  # the background build sleeps at least this many times as long as a build took
+MANIFEST_PACE = 4.0  # the background build pauses at least this many times as long as a build took
 SETTLE_S = 2.0  # the background build reads only files unchanged for this long before it began
 
 
 class ManifestCache:
-    """Builds the job folder's manifest in a background thread while the job runs, so the one
-    built at the end re-hashes only files that are new or changed since (``build_manifest``
-    keeps the hash of a file whose size and mtime are unchanged). It never writes
-    ``manifest.json``: ``latest`` is only a cache of hashes, and it hashes only files that had
-    settled (unmodified for ``SETTLE_S``) when the build began — a file the job may still be
-    writing is never read here, and is hashed at the end."""
+    """Builds the job folder's manifest in the background while the job runs (the duty
+    ``manifest``: ``jobdir/duties.py``, every ``period`` seconds), so the one built at the end
+    re-hashes only files that are new or changed since (``build_manifest`` keeps the hash of a
+    file whose size and mtime are unchanged). It never writes ``manifest.json``: ``latest`` is
+    only a cache of hashes, and it hashes only files that had settled (unmodified for
+    ``SETTLE_S``) when the build began — a file the job may still be writing is never read
+    here, and is hashed at the end. A build that fails is told to ``log`` (the duties' policy)
+    and tried again; ``latest`` stays the newest build that completed."""
 
-    def __init__(self, job_dir: str, period: float, previous: Optional[Dict[str, Any]]) -> None:
-        self.job_dir, self.period = job_dir, period
+    def __init__(self, job_dir: str, period: float, previous: Optional[Dict[str, Any]], log: Log) -> None:
+        self.job_dir = job_dir
         self.latest: Optional[Dict[str, Any]] = previous
-        self.stopping = threading.Event()
-        threading.Thread(target=self._run, name="orch-manifest", daemon=True).start()
+        self.duty = Duty("manifest", period, self.build, log, pace=MANIFEST_PACE).start()
 
-    def _run(self) -> None:
-        pause = self.period
-        while not self.stopping.wait(pause):
-            t0 = time.time()
-            try:
-                self.latest = build_manifest(self.job_dir, self.latest, int((t0 - SETTLE_S) * 1e9))
-            except Exception:  # noqa: BLE001 - a cache: the manifest at the end is the one that counts
-                pass
-            pause = max(self.period, MANIFEST_DUTY * (time.time() - t0))
+    def build(self) -> None:
+        """One background build, of the files settled when it began."""
+        self.latest = build_manifest(self.job_dir, self.latest, int((time.time() - SETTLE_S) * 1e9))
 
     def stop(self) -> Optional[Dict[str, Any]]:
         """Stop building (a build in progress is not waited for); the newest manifest built."""
-        self.stopping.set()
+        self.duty.stop()
         return self.latest
 
 

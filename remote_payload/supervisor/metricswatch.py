@@ -3,9 +3,10 @@ to ``metrics.jsonl`` (standard library only, Python >= 3.8).
 
 ``watch(job_dir, node_rank, say, env)`` starts it just before the job and returns an object
 whose ``stop()`` (after the job ended) reads the rest of the log, writes what is pending,
-and joins the thread. See scrape.py for what is recognised and for the contracts: never for
-the built-in trainer, yields to a job that writes ``metrics.jsonl`` itself, bounded, and
-never raises into the supervisor. Every row it writes carries ``"attempt": N`` when the job's
+and waits for that. It is the supervisor's duty ``metrics from the log`` (``jobdir/duties.py``:
+an error is said once in the node's log and the next poll tries again). See scrape.py for what
+is recognised and for the contracts: never for the built-in trainer, yields to a job that
+writes ``metrics.jsonl`` itself, bounded, and never raises into the supervisor. Every row it writes carries ``"attempt": N`` when the job's
 env has ``ORCH_ATTEMPT`` (``orch plot`` draws each attempt as its own segment); job.json's
 ``progress`` (``launch.progress``) is the job's own progress-line regex.
 """
@@ -15,14 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from remote_payload.jobdir.duties import Duty, describe
 from remote_payload.supervisor import scrape
 
 OFF = ("0", "false", "no", "off")
 FINAL_READ_BYTES = 64 << 20  # at most this much of a log is read after the job ended
+STOP_WAIT_S = 60.0  # the supervisor waits at most this long for the last pass
 MAX_JOB_JSON = 16 << 20
 
 
@@ -76,10 +78,10 @@ class Watcher:
         self.offset = self._log_size()
         self.parser = scrape.LineParser(progress=progress)
         self.out = MetricsFile(os.path.join(job_dir, "metrics.jsonl"), say)
-        self.stopping = threading.Event()
         self.last_train = self.last_eval = -1.0
         self.state_seen: Optional[tuple] = None
-        self.thread = threading.Thread(target=self._run, name="orch-metrics", daemon=True)
+        self.next_scan = time.time() + scrape.STATE_SCAN_S
+        self.duty = Duty("metrics from the log", scrape.POLL_S, self.poll, say, last=self.drain)
 
     def _log_size(self) -> int:
         try:
@@ -88,12 +90,13 @@ class Watcher:
             return 0
 
     def start(self) -> "Watcher":
-        self.thread.start()
+        self.duty.start()
         return self
 
     def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=60)
+        """After the job ended: the last pass (``drain``) on the duty's thread, waited for at
+        most ``STOP_WAIT_S``."""
+        self.duty.stop(wait_s=STOP_WAIT_S)
 
     def _write(self, rows: List[Dict[str, Any]]) -> None:
         for row in rows:
@@ -107,19 +110,21 @@ class Watcher:
         self.out.append(rows)
 
     def _read_log(self, budget: int) -> None:
-        """Feed new log bytes (at most ``budget``) to the parser."""
+        """Feed new log bytes (at most ``budget``) to the parser; a log not there yet is no
+        news, any other error raises (to the duty: said once, the next poll tries again)."""
         try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.offset)
-                while budget > 0:
-                    chunk = f.read(min(scrape.MAX_READ, budget))
-                    if not chunk:
-                        break
-                    self.offset += len(chunk)
-                    budget -= len(chunk)
-                    self._write(self.parser.feed(chunk.decode("utf-8", "replace")))
-        except OSError:
+            f = open(self.log_path, "rb")
+        except FileNotFoundError:
             return
+        with f:
+            f.seek(self.offset)
+            while budget > 0:
+                chunk = f.read(min(scrape.MAX_READ, budget))
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                budget -= len(chunk)
+                self._write(self.parser.feed(chunk.decode("utf-8", "replace")))
 
     def _scan_state(self) -> None:
         path = scrape.find_trainer_state(self.job_dir)
@@ -140,23 +145,21 @@ class Watcher:
                 self.parser.total = total
             self._write(rows)
 
-    def _run(self) -> None:
-        try:
-            next_scan = time.time() + scrape.STATE_SCAN_S
-            while not self.stopping.wait(scrape.POLL_S):
-                self._read_log(8 * scrape.MAX_READ)
-                self._write(self.parser.flush(older_than=scrape.PENDING_MAX_S))
-                if time.time() >= next_scan:
-                    self._scan_state()
-                    next_scan = time.time() + scrape.STATE_SCAN_S
-            self._read_log(FINAL_READ_BYTES)
-            self._write(self.parser.feed("\n") + self.parser.flush())
+    def poll(self) -> None:
+        """One period of the duty: the new lines of the log (a bounded read), the rows pending
+        too long, and every ``STATE_SCAN_S`` the newest ``trainer_state.json``."""
+        self._read_log(8 * scrape.MAX_READ)
+        self._write(self.parser.flush(older_than=scrape.PENDING_MAX_S))
+        if time.time() >= self.next_scan:
             self._scan_state()
-        except Exception as exc:  # noqa: BLE001 - metrics are a convenience: never fail the job
-            try:
-                self.say("metrics from the log stopped: %r" % (exc,))
-            except Exception:  # noqa: BLE001
-                pass
+            self.next_scan = time.time() + scrape.STATE_SCAN_S
+
+    def drain(self) -> None:
+        """The last pass, once the job ended: the rest of the log (at most ``FINAL_READ_BYTES``),
+        every pending row, the newest ``trainer_state.json``."""
+        self._read_log(FINAL_READ_BYTES)
+        self._write(self.parser.feed("\n") + self.parser.flush())
+        self._scan_state()
 
 
 class _Off:
@@ -190,10 +193,12 @@ def progress_pattern(job_dir: str, say: Callable[[str], None]) -> "Optional[re.P
 
 def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[str, str]) -> Any:
     """A started Watcher, or an object whose ``stop`` does nothing: for the built-in trainer
-    (it writes its own metrics) and when the job's env sets ``ORCH_METRICS_FROM_LOG=0``."""
+    (it writes its own metrics), when the job's env sets ``ORCH_METRICS_FROM_LOG=0``, and when
+    the watcher cannot start (said with ``say``)."""
     try:
         if os.path.exists(os.path.join(job_dir, "train.json")) or env.get("ORCH_METRICS_FROM_LOG", "").lower() in OFF:
             return _Off()
         return Watcher(job_dir, node_rank, say, attempt_of(env), progress_pattern(job_dir, say)).start()
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - metrics are a convenience: said, never a failed job
+        say("metrics from the log are not read: %s" % describe(exc))
         return _Off()

@@ -10,6 +10,11 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   (``jobdir/reserve.py``) and given up when a write at the end meets a full disk. A job during
   which a write of orch's met a full disk, or whose disk is full when it ends, ends ``failed``
   with ``disk full`` and the path in its reason, never ``succeeded``; no temporary is left.
+- Its background duties (``jobdir/duties.py``) — the heartbeat, the manifest of what the job
+  wrote so far, the metrics read from the log — share one error policy: an error is said
+  once in the node's log with the duty's name, the duty runs again on its next period and
+  says when it works again; none is ever stopped by an error (a transient ``OSError`` on the
+  job folder does not end the heartbeat).
 - The end is fast: the recorded environment (``repro.Recorder``) and a manifest of what the job
   has written so far (``ManifestCache``) are made while the job runs, so after its last process
   exits only new or changed files are hashed before the terminal state. A record still running
@@ -49,6 +54,7 @@ from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
 from remote_payload.jobdir import processes, testclock  # noqa: E402
 from remote_payload.jobdir import record as repro  # noqa: E402
+from remote_payload.jobdir.duties import Duty  # noqa: E402
 from remote_payload.jobdir.manifest import Flock, ManifestCache, build_manifest, file_key  # noqa: E402
 from remote_payload.jobdir.processes import boot_id  # noqa: E402
 from remote_payload.jobdir.reserve import Reserve, disk_full, full_at  # noqa: E402
@@ -104,6 +110,7 @@ class Supervisor:
         }
         os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
         self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
+        self.heartbeat = Duty("heartbeat", float(self.job.get("heartbeat_s", 2.0)), self.beat, self.say)
 
     # -- state -------------------------------------------------------------------------
     def update(self, final: bool = False, **fields: Any) -> None:
@@ -137,12 +144,12 @@ class Supervisor:
             if disk_full(exc):
                 self.disk_full_at(self.log.name, exc)
 
-    def heartbeat(self) -> None:
-        period = float(self.job.get("heartbeat_s", 2.0))
-        while self.status["state"] not in TERMINAL:
-            time.sleep(period)
-            if self.status["state"] not in TERMINAL:
-                self.update()
+    def beat(self) -> None:
+        """One heartbeat (the duty ``heartbeat``): status.json rewritten with the time, until
+        the job's state is terminal. An error (an ``ESTALE`` on an NFS job folder) raises to the
+        duty, which says it once and beats again on the next period."""
+        if self.status["state"] not in TERMINAL:
+            self.update()
 
     def on_sigterm(self, signum: int, frame: Any) -> None:
         """Cancel: SIGTERM the whole tree (torchrun and its workers, each in its own
@@ -295,6 +302,7 @@ class Supervisor:
                 state, reason = ended
                 self.say("job %s: %s" % (state, reason))
             self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
+        self.heartbeat.stop()
         self.reserve.release()
 
     def _disk_full(self, state: str, reason: Optional[str]) -> "tuple[str, Optional[str]]":
@@ -315,7 +323,7 @@ class Supervisor:
             signal.signal(signal.SIGUSR1, self.on_warning)
         self.reserve.make()
         self.update()
-        threading.Thread(target=self.heartbeat, daemon=True).start()
+        self.heartbeat.start()
         environment.write_bash_env(self.job_dir)
         lacking = secrets.lacking(self.job, os.environ)
         if lacking:  # a supervisor not started by orch's helper (or a Slurm that dropped sbatch's environment)
@@ -397,7 +405,7 @@ class Supervisor:
         keep a manifest of what it writes, both beside it."""
         self.recorder = self.new_recorder()
         self.manifests = ManifestCache(self.job_dir, float(self.job.get("heartbeat_s", 2.0)),
-                                       read_json(os.path.join(self.job_dir, "manifest.json")))
+                                       read_json(os.path.join(self.job_dir, "manifest.json")), self.say)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -208,3 +208,27 @@ def test_a_receive_of_one_change_stages_its_whole_tree_from_the_digest_alone(tmp
     control = {"delete": [], "base": done["generation"], "changed": {}, "stage": {"token": "j-1", "tree": tree}}
     done = workspace.receive(root, "p", sync_stream(control, {}), finish=finish)
     assert done["stage"] == {"differ": ["b.py"]}  # sent again in the round after
+
+
+@pytest.mark.parametrize("how", ["cut mid-file", "refused mid-stream"])
+def test_a_receive_that_fails_midway_releases_the_workspaces_lease(tmp_path: Path, how: str) -> None:
+    """The receive's lease is released in a ``finally``: neither a stream cut off inside a file
+    nor an error the receive raises itself leaves the workspace locked or its holder record
+    behind; the next receive takes the lease at once."""
+    root = str(tmp_path / "root")
+    files = {"a.py": b"a1", "b.bin": os.urandom(200_000)}
+    entries = {rel: laptop_entry(data, 1) for rel, data in files.items()}
+    if how == "cut mid-file":
+        whole = sync_stream({"delete": [], "entries": entries}, files).getvalue()
+        stream = io.BytesIO(whole[:len(whole) // 2])  # inside b.bin's bytes
+        said = "the sync stream broke off"
+    else:
+        stream = sync_stream({"delete": [], "entries": entries}, {"a.py": b"a1", "../outside": b"x"})
+        said = "unsafe path"
+    with pytest.raises(SyncError, match=said) as failed:  # its traceback (the receive's frames) kept alive here
+        workspace.receive(root, "p", stream)
+    lock = workspace.record_lock(root, "p")
+    assert lease.holder(lock) is None and not os.path.exists(lock + ".holder"), failed.value
+    assert (tmp_path / "root" / "workspace" / "p" / "a.py").read_bytes() == b"a1"  # what arrived is kept
+    held = lease.acquire(lock, "receive p", max_wait_s=0)
+    held.release()

@@ -295,8 +295,7 @@ def test_watcher_yields_to_rows_the_script_writes(tmp_path: Path) -> None:
         own.write(json.dumps({"step": 1, "loss": 2.5}) + "\n")
     with open(d / "logs" / "node0.log", "a") as log:
         log.write("iter 2: loss 2.4000, time 1.00ms, mfu 1.00%\n")
-    watcher.stopping.set()
-    watcher._run()
+    watcher.drain()  # the last pass, as stop() runs it on the duty's thread
     assert picked(metrics(d), "step", "source") == [(1, "log"), (1, None)]
     assert any("written by the job itself" in s for s in said)
     assert isinstance(metricswatch.watch(str(d), 0, print, {"ORCH_METRICS_FROM_LOG": "0"}), metricswatch._Off)

@@ -18,7 +18,8 @@ from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef, parse_ssh_command
-from orchestrator.hosts.presets import PRESETS
+from orchestrator.providers.registry import NAMES as PROVIDER_NAMES
+from orchestrator.providers.registry import PRESETS
 from orchestrator.spec.model import ENV_KEY_RE
 from orchestrator.testhooks import pause
 from orchestrator.transport.base import CommandFailed, never
@@ -76,7 +77,7 @@ def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> st
 @hosts_group.command("add")
 @click.argument("name")
 @click.option("--ssh", "ssh_command", default=None, help='What the provider shows, e.g. "ssh -p 23456 root@host".')
-@click.option("--provider", type=click.Choice(["autodl", "vast", "runpod"]), default=None,
+@click.option("--provider", type=click.Choice(PROVIDER_NAMES), default=None,
               help="A rented instance: address, port and password come from the provider's API on each connect.")
 @click.option("--instance", default=None, help="The provider's instance id (with --provider).")
 @click.option("--token-env", default=None, help="Name of the variable holding the provider's API token (never stored).")

@@ -15,21 +15,15 @@ from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef
-from orchestrator.hosts.presets import PRESETS
 from orchestrator.providers.api import ProviderError, Wanted
 from orchestrator.providers.open import open_named
+from orchestrator.providers.registry import PROVIDERS, RENTABLE
 from orchestrator.spec.model import ENV_KEY_RE
-
-TOKEN_ENV = {"vast": "VAST_API_KEY", "runpod": "RUNPOD_API_KEY"}
-IMAGE = {"vast": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
-         "runpod": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"}
-ROOT = {"vast": DEFAULT_ROOT, "runpod": PRESETS["runpod"].root or DEFAULT_ROOT}  # RunPod keeps only /workspace
-PRESET = {"vast": [], "runpod": ["runpod"]}  # how the box powers itself off (on_finish, the idle guard)
 
 
 @click.command("rent")
 @click.argument("name")
-@click.option("--provider", type=click.Choice(["vast", "runpod"]), required=True, help="The marketplace.")
+@click.option("--provider", type=click.Choice(RENTABLE), required=True, help="The marketplace.")
 @click.option("--gpu", required=True, help="GPU type, e.g. RTX_4090, \"A100 80GB\" (matched loosely).")
 @click.option("--count", type=click.IntRange(1, 16), default=1, show_default=True, help="GPUs in the instance.")
 @click.option("--max-price", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -39,7 +33,8 @@ PRESET = {"vast": [], "runpod": ["runpod"]}  # how the box powers itself off (on
 @click.option("--min-reliability", type=click.FloatRange(0, 1), default=None,
               help="Least reliability an offer may have (vast: 0.95 unless given).")
 @click.option("--image", default=None, help="Container image (default: a PyTorch image of the provider's).")
-@click.option("--token-env", default=None, help="Variable holding the API key (default VAST_API_KEY / RUNPOD_API_KEY).")
+@click.option("--token-env", default=None, help="Variable holding the API key (default "
+              f"{' / '.join(PROVIDERS[name].token_env for name in RENTABLE)}).")
 @click.option("--api-url", default=None, help="The provider's API (default: its own): a proxy, or a stand-in.")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="SSH key to log in with (default: orch's own, made in ORCH_HOME/ssh the first time).")
@@ -64,13 +59,15 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
       orch rent g1 --provider vast --gpu RTX_4090 --max-price 0.5 --disk 60
       orch rent g2 --provider runpod --gpu "RTX 4090" --count 2 --yes
     """
-    token_env = token_env or TOKEN_ENV[provider]
+    facts = PROVIDERS[provider]  # its token variable, image, root and presets (providers/registry.py)
+    token_env = token_env or facts.token_env
     if not ENV_KEY_RE.match(token_env):
-        raise UsageError(f"--token-env wants a variable NAME (like {TOKEN_ENV[provider]}), got {token_env!r}")
+        raise UsageError(f"--token-env wants a variable NAME (like {facts.token_env}), got {token_env!r}")
     if name == LOCAL or (app.inventory.dir / f"{name}.json").is_file():
         raise UsageError(f"a host named {name} exists already: choose another name (orch hosts ls)")
     try:
-        draft = Host(name=name, root=root or ROOT[provider], python=python, user=user, presets=PRESET[provider],
+        draft = Host(name=name, root=root or facts.root or DEFAULT_ROOT, python=python, user=user,
+                     presets=facts.presets,
                      provider=ProviderRef(name=provider, instance="new", token_env=token_env,  # type: ignore[arg-type]
                                           api_url=api_url))
     except ValidationError as exc:
@@ -82,7 +79,7 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
     offers = market.search(wanted)
     if not offers:
         raise ProviderError(provider, "search", f"no offer of {count}x {gpu}" +
-                            (f" under {max_price:g} USD/h" if max_price is not None else "") +
+                            (f" under {max_price:g} {facts.currency}/h" if max_price is not None else "") +
                             f" with {disk_gb} GB of disk matches now: try another GPU, price or disk")
     best = offers[0]
     app.say(f"best of {len(offers)} matching offer{'s' if len(offers) != 1 else ''}: {provider} offer {best.id}: "
@@ -98,7 +95,8 @@ def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price
         raise UsageError("nothing was rented")
     private, public_line = keys.orch_key(key, app.say)
     label = f"orch-{name}"
-    instance = market.create(best, image or IMAGE[provider], disk_gb, label, public_line)
+    assert facts.image is not None  # --provider is one of RENTABLE: each has an image
+    instance = market.create(best, image or facts.image, disk_gb, label, public_line)
     assert draft.provider is not None
     host = draft.model_copy(update={"provider": draft.provider.model_copy(update={"instance": instance}),
                                     "identity_file": str(private), "price_per_hour": best.price_per_hour})
@@ -127,7 +125,7 @@ def _command(name: str, provider: str, gpu: str, count: int, max_price: float | 
     argv += ["--disk", str(disk_gb)] if disk_gb != 40 else []
     argv += ["--min-reliability", f"{min_reliability:g}"] if min_reliability is not None else []
     argv += ["--image", image] if image else []
-    argv += ["--token-env", token_env] if token_env != TOKEN_ENV[provider] else []
+    argv += ["--token-env", token_env] if token_env != PROVIDERS[provider].token_env else []
     argv += ["--api-url", api_url] if api_url else []
     argv += ["--key", str(key)] if key else []
     argv += ["--root", root] if root else []

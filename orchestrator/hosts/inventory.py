@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
 from orchestrator.hosts.hostkey import key_line_problem
+from orchestrator.providers.registry import NAMES as PROVIDER_NAMES
 from remote_payload.contract.slurm import NAME_PATTERN as SLURM_NAME
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 LOCAL = "local"
 DEFAULT_ROOT = "~/orch"
-PRESET_ROOTS = {"autodl": "/root/autodl-tmp/orch"}
+# the providers of providers/registry.py; a Literal, so a wrong name reads "Input should be
+# 'autodl', 'vast' or 'runpod'" like every other choice
+ProviderName = Literal[PROVIDER_NAMES]  # type: ignore[valid-type]
 
 
 class ProviderRef(BaseModel):
@@ -39,7 +42,7 @@ class ProviderRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Literal["autodl", "vast", "runpod"]
+    name: ProviderName
     instance: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     token_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     api_url: str | None = Field(None, pattern=r"^https?://[^\s]+$",

@@ -18,9 +18,10 @@ from pydantic import Field
 
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
-from orchestrator.hosts.presets import PRESETS, preset_env, preset_setup
+from orchestrator.hosts.presets import preset_env, preset_setup
 from orchestrator.plan import launchers
 from orchestrator.plan import slurm as slurmplan
+from orchestrator.providers.registry import PRESETS
 from orchestrator.spec.model import Frozen, JobSpec
 from remote_payload.contract.protocol import GRACE_S
 from remote_payload.contract.slurm import RDZV

@@ -12,8 +12,8 @@ import os
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, ProviderRef
 from orchestrator.providers.api import Provider
+from orchestrator.providers.registry import NAMES, PROVIDERS
 
-NAMES = ("autodl", "vast", "runpod")
 KEYRING_SERVICE = "orch"
 
 
@@ -34,7 +34,8 @@ def token_from(token_env: str) -> str | None:
 
 
 def open_named(name: str, token_env: str, api_url: str | None) -> Provider:
-    """Provider ``name`` with the token of ``token_env``; exit 2 when there is none."""
+    """Provider ``name`` (an entry of ``providers/registry.py``, its adapter built with the token
+    of ``token_env``); exit 2 when the name is unknown or there is no token."""
     if name not in NAMES:
         raise UsageError(f"unknown provider {name!r} (known: {', '.join(NAMES)})")
     token = token_from(token_env)
@@ -42,17 +43,7 @@ def open_named(name: str, token_env: str, api_url: str | None) -> Provider:
         raise UsageError(f"the {name} token variable ${token_env} is not set: export {token_env}=... "
                          f"(the API token from the provider's console; or `keyring set {KEYRING_SERVICE} {token_env}`"
                          " with the keyring package)")
-    if name == "autodl":
-        from orchestrator.providers.autodl import AutoDL
-
-        return AutoDL(token, api_url)
-    if name == "vast":
-        from orchestrator.providers.vast import Vast
-
-        return Vast(token, api_url)
-    from orchestrator.providers.runpod import RunPod
-
-    return RunPod(token, api_url)
+    return PROVIDERS[name].load()(token, api_url)
 
 
 def open_provider(ref: ProviderRef) -> Provider:

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.providers.registry import PRESETS
 from orchestrator.spec.slurm import SlurmJob
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates
 from remote_payload.contract import envvars
@@ -34,6 +35,7 @@ from remote_payload.contract.train_config import TrainConfig
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 PATTERN_WORDS = {NAME_RE: "lowercase letters, digits and '-', 1–40 characters, starting and ending with a letter or digit"}
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PresetName = Literal[tuple(sorted(PRESETS))]  # type: ignore[valid-type]  # providers/registry.py
 MAX_SPEC_BYTES = 1_000_000
 MAX_NODES = 50_000
 MAX_DEPTH = 64
@@ -277,7 +279,7 @@ class JobSpec(Frozen):
         default_factory=list, description="Names of variables read from the laptop's environment at submit (and at "
         "orch resume) and set in the job's environment on every node: delivered over the connection, never written "
         "in a file on the server, a record, a log or the registry (HF_TOKEN, a webhook URL for url_env).")
-    presets: list[Literal["autodl", "autodl-network-turbo", "hf-mirror", "pip-mirror", "runpod"]] = Field(default_factory=list)
+    presets: list[PresetName] = Field(default_factory=list)
     launch: Launch = Field(default_factory=Launch)
     train: TrainConfig | None = Field(None, description="The built-in trainer; exclusive with launch.command.")
     outputs: list[str] = Field(

@@ -17,90 +17,30 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, row_fields, status_lines
+from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, status_lines
 from orchestrator.display.table import width_for
-from orchestrator.errors import OrchError, UsageError
-from orchestrator.state import fences
-from orchestrator.state.registry import TERMINAL, JobRecord
+from orchestrator.errors import UsageError
+from orchestrator.jobs import overview
+from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import clean
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-_FINAL: dict[tuple[str, str], JobProgress] = {}  # (job id, state) -> final row made by this process
-
-
 def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
-    """Statuses: the record's own for terminal jobs; unfinished ones from their hosts (one
-    connection per host; nodes aggregated), see jobs.refresh — imported only then, or when
-    a listed job has a superseded attempt still to stop (``state/fences.py``)."""
-    if all(r.state in TERMINAL for r in records) and not fences.pending(app.registry.path,
-                                                                         job_ids=[r.job_id for r in records]):
-        return {r.job_id: r.status() for r in records}
-    from orchestrator.jobs import nodes as jobs
-
-    return jobs.refresh(records, app.inventory, app.registry, app.say)
-
-
-@lru_cache(maxsize=256)
-def _total_steps(spec_path: str) -> int | None:
-    """``train.max_steps`` from the job's spec file, when it is still there and readable
-    (read once per process: ``status -w`` refreshes often)."""
-    from orchestrator.spec.load import load_spec
-
-    try:
-        train = load_spec(spec_path).spec.train
-    except (OrchError, OSError):
-        return None
-    return train.max_steps if train is not None else None
-
-
-def _price(app: App, record: JobRecord) -> float | None:
-    prices = []
-    for name in record.hosts:
-        try:
-            prices.append(app.inventory.get(name).price_per_hour)
-        except UsageError:
-            return None
-    return None if any(p is None for p in prices) else sum(prices) / max(len(prices), 1)
-
-
-def _with_place(status: dict[str, Any]) -> dict[str, Any]:
-    """A queued job's state shown with its place in its host's GPU queue: ``queued #2``."""
-    place = status.get("queue_position")
-    if status.get("state") == "queued" and type(place) is int:
-        return dict(status, state=f"queued #{place}")
-    return status
+    """Statuses (``jobs/overview.py``: ``refresh``; finished jobs from the registry alone)."""
+    return overview.refresh(records, lambda: app.inventory, app.registry, app.say)
 
 
 def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgress:
-    """The row's columns. A terminal job's are its recorded final row; the first time a
-    terminal status is seen they are made (spec and inventory read) and recorded."""
-    state = status.get("state")
-    terminal = state in TERMINAL and not status.get("stale")
-    if terminal:
-        recorded = JobProgress.from_dict(record.final) if record.state == state else None
-        recorded = recorded or _FINAL.get((record.job_id, state))
-        if recorded is not None:
-            return recorded
-    nodes = status.get("nodes")
-    count = len(nodes) if isinstance(nodes, (list, dict)) and nodes else len(record.hosts)
-    if len(record.hosts) == 1 and isinstance(status.get("log_nodes"), int) and 0 < status["log_nodes"] <= 10_000:
-        count = status["log_nodes"]  # a Slurm job: the nodes of its allocation
-    progress = row_fields(_with_place(status), record.created, count, _total_steps(record.spec_path),
-                          _price(app, record))
-    if terminal:
-        app.registry.record_final(record.job_id, state, asdict(progress))
-        _FINAL[(record.job_id, state)] = progress
-    return progress
+    """The row's columns (``jobs/overview.py``: ``progress_of``)."""
+    return overview.progress_of(record, status, lambda: app.inventory, app.registry)
 
 
 def _lines(app: App, records: list[JobRecord], statuses: dict[str, dict[str, Any]], known_ids: list[str],
@@ -181,8 +121,7 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
             rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
             app.json(sweepstatus.as_json(found, rows, sweep))
             return
-        items = [dict(statuses[r.job_id], hosts=r.hosts, job_dir=r.job_dir, name=r.name,
-                      progress=asdict(progress_of(app, r, statuses[r.job_id]))) for r in records]
+        items = [overview.status_json(r, statuses[r.job_id], progress_of(app, r, statuses[r.job_id])) for r in records]
         app.json(items[0] if job else items)
         return
     if not records:

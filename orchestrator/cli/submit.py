@@ -11,7 +11,7 @@ import click
 from orchestrator import trace
 from orchestrator.access.power import power_off_after, power_on_first
 from orchestrator.ask import confirm
-from orchestrator.checks.laptop import laptop_checks, laptop_report
+from orchestrator.checks.laptop import laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.fetch import DEFAULT_INTERVAL_S
@@ -168,41 +168,20 @@ def submit_a_sweep(app: App, loaded: LoadedSpec, axes: list[Axis], overrides: li
     connections; one stdout line per job started (``JOB_ID  HOST  values``) or, with
     ``--json``, a list (the combinations left out too); ``SweepIncomplete`` when some did
     not start."""
-    from datetime import datetime
+    from orchestrator.sweep.launch import json_rows, missed_report, prepare, submit_sweep
 
-    from orchestrator.sweep.expand import check_each, check_name, default_name, parse_only
-    from orchestrator.sweep.launch import missed_report, submit_sweep
-
-    name = check_name(choice.name) if choice.name else default_name(
-        loaded.spec.name, lambda n: bool(app.registry.sweep_jobs(n)), datetime.now())
-    only = parse_only(choice.only) if choice.only is not None else None
-    pool = [h.strip() for h in choice.hosts.split(",")] if choice.hosts is not None else None
-    if pool is not None and (not all(pool) or len(set(pool)) != len(pool)):
-        raise UsageError(f"--hosts {choice.hosts!r}: give host names separated by commas, each once")
-    refs = pool if pool is not None else loaded.spec.hosts
-    slurm = frozenset(h.name for h in map(app.inventory.resolve, refs) if h.slurm)
-    combos = expand(loaded, axes, overrides, name, slurm, pool, only)
-    check_each(combos, laptop_checks)  # the same checks as `orch check`, on every combination
-    for axis in axes:  # env.NAME may add a variable; one the job file does not set is often a typo
-        if axis.key.startswith("env.") and axis.key[4:] not in loaded.spec.env:
-            app.say(f"warning: {axis.key}: the job file's env: has no {axis.key[4:]} (a typo? set: "
-                    f"{', '.join(sorted(loaded.spec.env)) or 'none'}); each job gets it as a new variable")
-    done = submit_sweep(name, combos, app.inventory, app.registry, say=app.say, only=only, dry_run=dry_run,
-                        force=force, pull_remote_edits=pull_remote_edits)
+    ready = prepare(loaded, axes, overrides, app.inventory, app.registry, name=choice.name, only=choice.only,
+                    hosts=choice.hosts, say=app.say)
+    name, pool = ready.name, ready.pool
+    done = submit_sweep(name, ready.combos, app.inventory, app.registry, say=app.say, only=ready.only,
+                        dry_run=dry_run, force=force, pull_remote_edits=pull_remote_edits)
     jobs = done.jobs
     if dry_run:
         for job in jobs:
             click.echo(f"# combination {job.combo.index}/{job.combo.total} ({job.combo.label}) on {job.combo.host}")
             click.echo(plan_text(job.plan) if job.plan else f"# launched already: {job.job_id}")
     elif as_json:
-        app.json(sorted([{"job_id": j.job_id, "sweep": name, "combination": j.combo.index,
-                          "combinations": j.combo.total, "values": {k: v for k, v, _ in j.combo.values},
-                          "host": j.combo.host, "job_dir": j.plan.job_dir if j.plan else None, "state": j.state,
-                          "skipped": j.skipped} for j in jobs]
-                        + [{"job_id": m.job_id, "sweep": name, "combination": m.combo.index,
-                            "combinations": m.combo.total, "values": {k: v for k, v, _ in m.combo.values},
-                            "host": m.combo.host, "job_dir": None, "state": "not-started", "skipped": False,
-                            "reason": m.reason} for m in done.missed], key=lambda r: r["combination"]))
+        app.json(json_rows(done))
     else:
         for job in jobs:
             click.echo(f"{job.job_id}  {job.combo.host}  {job.combo.short_label()}")

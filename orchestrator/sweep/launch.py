@@ -31,18 +31,20 @@ import textwrap
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
 from orchestrator.access.connect import ask_on_tty
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.checks.laptop import laptop_checks
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import secrets
+from orchestrator.spec.load import LoadedSpec
 from orchestrator.jobs.pipeline import Batch, HostSet, Say, Unit, claim, naming, run_batch, settle, submission_key
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.build import Plan, make_job_id
 from orchestrator.state import inflight, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry, SweepEntry
-from orchestrator.sweep.expand import Combination
+from orchestrator.sweep.expand import Axis, Combination, check_each, check_name, default_name, expand, parse_only
 from orchestrator.sync import selection
 from orchestrator.transport import shell
 
@@ -269,6 +271,54 @@ def _gather(batch: Batch, combos: dict[int, Combination], jobs: dict[int, SweepJ
         jobs[index] = SweepJob(combos[index], plan, units[index].job_id, key=units[index].key)
     for index, miss in done.missed.items():
         missed[index] = Missed(combos[index], miss.reason, miss.code, miss.job_id)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A sweep ready to submit: its ``name``, every combination (validated and checked as
+    ``orch check`` checks a job file), the combinations to submit (``only``; None: all) and
+    the host ``pool`` given instead of the job file's hosts (None: the file's)."""
+
+    name: str
+    combos: list[Combination]
+    only: frozenset[int] | None
+    pool: list[str] | None
+
+
+def prepare(loaded: LoadedSpec, axes: list[Axis], overrides: list[Axis], inventory: Inventory, registry: Registry, *,
+            name: str | None, only: str | None, hosts: str | None, say: Say) -> Prepared:
+    """Expand the sweep (``expand``) with its name (``name``, else a new default one), the
+    combinations ``only`` chooses (``--only`` text), on the pool ``hosts`` (``--hosts`` text),
+    and check every combination before anything connects (``SpecError``/``UsageError``, exit
+    2); an ``env.NAME`` key the job file's ``env:`` does not set is said as a likely typo."""
+    sweep_name = check_name(name) if name else default_name(loaded.spec.name, lambda n: bool(registry.sweep_jobs(n)),
+                                                            datetime.now())
+    chosen = parse_only(only) if only is not None else None
+    pool = [h.strip() for h in hosts.split(",")] if hosts is not None else None
+    if pool is not None and (not all(pool) or len(set(pool)) != len(pool)):
+        raise UsageError(f"--hosts {hosts!r}: give host names separated by commas, each once")
+    refs = pool if pool is not None else loaded.spec.hosts
+    slurm = frozenset(h.name for h in map(inventory.resolve, refs) if h.slurm)
+    combos = expand(loaded, axes, overrides, sweep_name, slurm, pool, chosen)
+    check_each(combos, laptop_checks)  # the same checks as `orch check`, on every combination
+    for axis in axes:  # env.NAME may add a variable; one the job file does not set is often a typo
+        if axis.key.startswith("env.") and axis.key[4:] not in loaded.spec.env:
+            say(f"warning: {axis.key}: the job file's env: has no {axis.key[4:]} (a typo? set: "
+                f"{', '.join(sorted(loaded.spec.env)) or 'none'}); each job gets it as a new variable")
+    return Prepared(sweep_name, combos, chosen, pool)
+
+
+def json_rows(result: SweepResult) -> list[dict[str, Any]]:
+    """``orch submit --sweep --json``'s list: a row per combination started (now or earlier)
+    or left out (``state`` ``not-started`` with its ``reason``), in combination order."""
+    return sorted([{"job_id": j.job_id, "sweep": result.name, "combination": j.combo.index,
+                    "combinations": j.combo.total, "values": {k: v for k, v, _ in j.combo.values},
+                    "host": j.combo.host, "job_dir": j.plan.job_dir if j.plan else None, "state": j.state,
+                    "skipped": j.skipped} for j in result.jobs]
+                  + [{"job_id": m.job_id, "sweep": result.name, "combination": m.combo.index,
+                      "combinations": m.combo.total, "values": {k: v for k, v, _ in m.combo.values},
+                      "host": m.combo.host, "job_dir": None, "state": "not-started", "skipped": False,
+                      "reason": m.reason} for m in result.missed], key=lambda r: r["combination"])
 
 
 def missed_report(result: SweepResult, command: list[str], hosts_given: list[str] | None) -> str:

@@ -143,7 +143,7 @@ def test_follow_bar_reads_trainer_lines_split_across_chunks() -> None:
 
 
 def test_total_steps_fall_back_to_the_specs_max_steps(tmp_path: Path) -> None:
-    from orchestrator.cli.status import _total_steps
+    from orchestrator.jobs.overview import _total_steps
 
     (tmp_path / "ws").mkdir()
     spec = tmp_path / "t.yaml"

@@ -66,9 +66,9 @@ def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -
 
 
 def test_a_queued_job_shows_its_place_and_still_fits_80_columns() -> None:
-    """`queued #N` (cli/status.py: a queued status with its ``queue_position``) is a STATE like
+    """`queued #N` (jobs/overview.py: a queued status with its ``queue_position``) is a STATE like
     any other: whole at 80 columns, beside every other state."""
-    from orchestrator.cli.status import _with_place
+    from orchestrator.jobs.overview import _with_place
 
     rows = _rows()
     for k, place in enumerate((2, 12)):

@@ -99,3 +99,22 @@ def test_a_sweep_through_the_api_is_a_list_of_jobs_on_the_pool(orch: Orch, box: 
                     [3, "local", {"env.X": "c"}, "succeeded"]]
     assert [[line for line in log if line.startswith("X ")] for log in logs] == [["X a"], ["X b"], ["X c"]]
     assert orch("status", "--sweep", "api-sweep").stdout.splitlines()[-1] == "3 combinations: 3 succeeded"
+
+
+def test_hosts_puts_a_lone_job_on_other_hosts_and_its_recorded_file_says_so(orch: Orch, box: str) -> None:
+    (orch.cwd / "ws").mkdir()
+    (orch.cwd / "ws" / "x.py").write_text("print('ran here')\n")
+    (orch.cwd / "job.yaml").write_text("name: moved\nhosts: [local]\nworkspace: {path: ws}\n"
+                                       "launch: {nproc_per_node: 1, command: [python, x.py]}\n")
+    code = textwrap.dedent(f"""
+        import orchestrator.api as o
+        job = o.submit("job.yaml", hosts=[{box!r}])
+        print(job.job_id, job.hosts[0], o.wait(job, timeout=300).state)
+        """)
+    done = run_python(orch, code)
+    assert done.returncode == 0, done.stderr
+    job_id, host, state = done.stdout.split()
+    assert (host, state) == (box, "succeeded")
+    assert orch.json("status", job_id)["hosts"] == [box]
+    shown = orch("show", job_id).stdout
+    assert "# submitted through orchestrator.api with hosts=['box']" in shown

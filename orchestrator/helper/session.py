@@ -11,12 +11,11 @@ frame is a ``ProtocolError``.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 from typing import Any, Callable
 
-from orchestrator.testhooks import pause
+from orchestrator.testhooks import armed, pause
 from orchestrator.transport.base import Process
 from remote_payload.contract import protocol
 from remote_payload.contract.bytequeue import ByteQueue
@@ -76,7 +75,7 @@ class Session:
         """Send request ``op``. Tests: pause point ``<op>-half-sent`` holds the frame half
         written, ``<op>-sent`` after it (``testhooks.py``)."""
         data = frame(REQUEST, json.dumps({"op": op, "args": args}).encode("utf-8"))
-        if os.environ.get("ORCH_TEST_PAUSE", "").startswith(f"{op}-half-sent:"):
+        if armed(f"{op}-half-sent"):
             self._write(data[:len(data) // 2])
             pause(f"{op}-half-sent")
             data = data[len(data) // 2:]

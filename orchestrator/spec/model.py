@@ -298,6 +298,8 @@ class JobSpec(Frozen):
         for key in value:
             if not ENV_KEY_RE.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
+            if envvars.reserved(key):
+                raise ValueError(f"{key}: {envvars.reserved(key)}")
         total = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) + 2 for k, v in value.items())
         if total > MAX_ENV_TOTAL:
             raise ValueError(f"the variables are {size_text(total)} together; the server cannot pass much more than "
@@ -312,8 +314,8 @@ class JobSpec(Frozen):
             if not ENV_KEY_RE.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name: list names only (the values are "
                                  "read from the laptop's environment)")
-            if name.startswith("ORCH_"):
-                raise ValueError(f"{name}: ORCH_ variables are orch's own")
+            if envvars.reserved(name):
+                raise ValueError(f"{name}: {envvars.reserved(name)}")
         twice = sorted({n for n in value if value.count(n) > 1})
         if twice:
             raise ValueError(f"{', '.join(twice)} listed more than once")

@@ -17,6 +17,8 @@ import math
 import re
 from typing import Any
 
+from remote_payload.contract import envvars
+
 MAX_COMBINATIONS = 256
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -41,6 +43,8 @@ def check_key(key: str) -> str:
         raise ValueError(f"{root} cannot be swept: {NOT_SWEPT[root]}")
     if root == "env" and key.count(".") != 1:
         raise ValueError(f"{key!r} is not env.NAME (an environment variable)")
+    if root == "env" and envvars.reserved(key[4:]):
+        raise ValueError(f"{key}: {envvars.reserved(key[4:])}")
     return key
 
 

@@ -1,6 +1,12 @@
 """``env:`` values of a job file: ``$NAME`` and ``${NAME}`` expand from the job's environment on
 the server, ``$$`` is one ``$``; any other ``$`` is refused when the file is read.
 
+``ORCH_`` names are orch's own (``reserved``): orch sets them for the job (``ORCH_JOB_DIR``,
+``ORCH_METRICS``, ``ORCH_ATTEMPT``, ...), reads them on the server, or its tests use them, so
+a job's ``env:``, ``secret_env:`` and sweep values may not set them — the whole prefix, so
+that a name orch adds later is refused without anyone listing it. ``JOB_SETTABLE`` are the
+exceptions documented for a job to set.
+
 One rule for both sides: the laptop checks a value with ``problem`` (a spec error, exit 2), the
 supervisor expands the values in their order with ``expand_all`` — ``PATH: /opt/venv/bin:$PATH``
 reads the PATH the job would have had (the host's python first, docs/own-script.md), and a value
@@ -14,6 +20,7 @@ import re
 from typing import Dict, Mapping, Optional
 
 _TOKEN = re.compile(r"\$(?:\$|([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
+JOB_SETTABLE = ("ORCH_METRICS_FROM_LOG",)  # docs/own-script.md: a job turns the log watcher off
 RULE = "only $NAME, ${NAME} (from the job's environment on the server) and $$ (one $) are read in env values"
 
 
@@ -24,6 +31,14 @@ def problem(value: str) -> Optional[str]:
         return None
     at = rest.index("$")
     return "%r: %s; write $$ for a literal $" % (rest[at:at + 12], RULE)
+
+
+def reserved(name: str) -> Optional[str]:
+    """Why a job may not set the environment variable ``name`` (an ``ORCH_`` name that is not
+    in ``JOB_SETTABLE``), or None when it may."""
+    if not name.startswith("ORCH_") or name in JOB_SETTABLE:
+        return None
+    return "ORCH_ variables are orch's own (a job may set only %s)" % ", ".join(JOB_SETTABLE)
 
 
 def expand(value: str, env: Mapping[str, str]) -> str:

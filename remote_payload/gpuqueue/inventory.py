@@ -6,11 +6,10 @@ text: at most ``MAX_OUTPUT`` bytes and ``MAX_GPUS`` GPUs are read, odd fields re
 (None), a run is bounded by ``SMI_TIMEOUT_S``. ``busy`` says whether a GPU no orch job holds is
 in use by someone else.
 
-Test hooks (CI has no GPU): ``ORCH_TEST_GPUS=N`` makes the inventory N idle GPUs of
-``ORCH_TEST_GPU_MEMORY_GB`` (default 80) each instead of asking nvidia-smi;
-``ORCH_TEST_GPUS_BUSY=1,3`` marks those indices busy with a process that is not orch's. The
-queue reads them from the server's environment overlaid with the job's ``env:`` (which
-reaches the supervisor on every kind of host).
+Test hook (CI has no GPU): when the test harness wrote ``gpus`` into the root's
+``test-hooks.json`` (``contract/testhooks.py``: never a job's ``env:``, never any environment),
+the inventory is that many idle GPUs of ``gpu_memory_gb`` (default 80) each instead of
+nvidia-smi's, those in ``gpus_busy`` busy with a process that is not orch's.
 """
 
 from __future__ import annotations
@@ -69,28 +68,26 @@ def _from_smi() -> List[Gpu]:
     return gpus
 
 
-def _fake(env: Mapping[str, str]) -> List[Gpu]:
-    """The test hooks' inventory (module docstring)."""
-    count = max(0, min(_int(env.get("ORCH_TEST_GPUS", "")) or 0, MAX_GPUS))
-    taken = {_int(v) for v in env.get("ORCH_TEST_GPUS_BUSY", "").split(",") if v.strip()}
-    total = (_int(env.get("ORCH_TEST_GPU_MEMORY_GB", "")) or 80) * 1024
+def _fake(fake: Mapping[str, Any]) -> List[Gpu]:
+    """The test hook's inventory (``testhooks.fake_gpus``'s answer; module docstring)."""
+    total, taken = fake["memory_gb"] * 1024, set(fake["busy"])
     return [{"index": i, "uuid": "GPU-test-%d" % i, "total_mib": total, "used_mib": 8192 if i in taken else 0,
-             "apps": 1 if i in taken else 0} for i in range(count)]
+             "apps": 1 if i in taken else 0} for i in range(min(fake["gpus"], MAX_GPUS))]
 
 
-def inventory(path: str, env: Mapping[str, str]) -> Dict[str, Any]:
-    """``{"gpus", "source", "seen"}``: the test hooks' GPUs, else nvidia-smi's (only the
-    indices the server's own ``CUDA_VISIBLE_DEVICES`` names, when it names indices). Reuses
-    the record at ``path`` (``gpus.json``, written here) when it is younger than ``REUSE_S``
-    and from the same source; when nvidia-smi finds nothing now but found GPUs before in this
-    boot (a hiccup), the last record stands."""
-    source = "ORCH_TEST_GPUS=%s BUSY=%s" % (env.get("ORCH_TEST_GPUS"), env.get("ORCH_TEST_GPUS_BUSY", "")) \
-        if "ORCH_TEST_GPUS" in env else "nvidia-smi"
+def inventory(path: str, fake: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """``{"gpus", "source", "seen"}``: the test hook's GPUs when ``fake`` is given (read by the
+    caller from the root with ``testhooks.fake_gpus``), else nvidia-smi's (only the indices the
+    server's own ``CUDA_VISIBLE_DEVICES`` names, when it names indices). Reuses the record at
+    ``path`` (``gpus.json``, written here) when it is younger than ``REUSE_S`` and from the
+    same source; when nvidia-smi finds nothing now but found GPUs before in this boot (a
+    hiccup), the last record stands."""
+    source = "test hooks: %d GPU(s), busy %s" % (fake["gpus"], fake["busy"]) if fake is not None else "nvidia-smi"
     cached = read_json(path)
     cached = cached if recorded(cached) and cached["source"] == source else None
     if cached is not None and 0 <= time.time() - cached["seen"] < REUSE_S:
         return cached
-    gpus = _fake(env) if source != "nvidia-smi" else _from_smi()
+    gpus = _fake(fake) if fake is not None else _from_smi()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if source == "nvidia-smi" and visible is not None and all(_int(v) is not None for v in visible.split(",")):
         gpus = [g for g in gpus if g["index"] in {_int(v) for v in visible.split(",")}]

@@ -11,8 +11,8 @@ with any supervisor killed or restarted:
   ``memory_gb`` per GPU, ``pinned`` indices from the job's own ``CUDA_VISIBLE_DEVICES``), its
   ``priority`` and ``since``; ``state`` is ``waiting`` until a pass grants it ``gpus``
   (``running``). The supervisor removes it when the job ends (``release``).
-- ``queue/gpus.json``: the inventory the last look used (``inventory.py``, with its test
-  hooks), shared by the waiters and shown by ``orch queue``.
+- ``queue/gpus.json``: the inventory the last look used (``inventory.py``; in tests, the
+  harness's fake GPUs: ``contract/testhooks.py``, never the job's ``env:``), shared by the waiters and shown by ``orch queue``.
 
 Contract:
 
@@ -46,6 +46,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from remote_payload.contract import testhooks
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.gpuqueue.inventory import Gpu, busy, inventory, recorded
 from remote_payload.jobdir.lease import flock_within
@@ -228,8 +229,7 @@ def take(job_dir: str, job: Dict[str, Any], node_rank: int, env: Dict[str, str],
     if need is None:
         return env, None
     root = os.path.dirname(os.path.dirname(job_dir))
-    hooks = dict(os.environ, **{k: v for k, v in (job.get("env") or {}).items() if k.startswith("ORCH_TEST_GPU")})
-    gpus = inventory(inventory_path(root), hooks)["gpus"]
+    gpus = inventory(inventory_path(root), testhooks.fake_gpus(root))["gpus"]
     if not gpus:
         return env, None
     path = entry_path(root, job["job_id"], node_rank)
@@ -267,7 +267,7 @@ def take(job_dir: str, job: Dict[str, Any], node_rank: int, env: Dict[str, str],
             say("queued%s: %s" % (" #%d" % position if position else "", why))
         cancelled.wait(TICK_S)
         if time.time() - last >= PASS_S:
-            gpus = inventory(inventory_path(root), hooks)["gpus"] or gpus
+            gpus = inventory(inventory_path(root), testhooks.fake_gpus(root))["gpus"] or gpus
     update(state="setting_up", queue_position=None, reason=None, gpus=mine["gpus"])
     say("GPU(s) %s granted" % ",".join(map(str, mine["gpus"])))
     out = dict(env, CUDA_VISIBLE_DEVICES=",".join(map(str, mine["gpus"])), CUDA_DEVICE_ORDER="PCI_BUS_ID")
@@ -303,7 +303,7 @@ def release(job_dir: str, job_id: str, node_rank: int) -> None:
 def view(root: str) -> Dict[str, Any]:
     """``orch queue``'s reply: the inventory (this session's own look, or the last one a waiter
     recorded when this one finds no GPU) and every live entry, waiting ones with their place."""
-    record = inventory(inventory_path(root), os.environ)
+    record = inventory(inventory_path(root), testhooks.fake_gpus(root))
     if not record["gpus"]:
         cached = read_json(inventory_path(root))
         if recorded(cached):

@@ -275,6 +275,6 @@ def main(root: str, payload_dir: str, argv: list) -> int:
     if argv != ["serve"]:
         sys.stderr.write("orch helper: unknown command %r (this helper only serves sessions)\n" % (argv,))
         return 2
-    testclock.shift_for_tests()
+    testclock.shift_for_tests(root)
     widen_pipes()
     return serve(root, payload_dir, sys.stdin.buffer, sys.stdout.buffer)

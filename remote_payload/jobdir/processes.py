@@ -27,10 +27,9 @@ EXEC_SETTLE_S = 0.5  # the longest an exec's empty command line is waited out (p
 
 
 def boot_id() -> str:
-    """This boot of the machine (changes on restart); ``ORCH_BOOT_ID_FILE`` overrides for tests."""
-    path = os.environ.get("ORCH_BOOT_ID_FILE", BOOT_ID_FILE)
+    """This boot of the machine (changes on restart); ``"unknown"`` where the kernel does not say."""
     try:
-        with open(path, encoding="ascii") as f:
+        with open(BOOT_ID_FILE, encoding="ascii") as f:
             return f.read().strip()
     except OSError:
         return "unknown"

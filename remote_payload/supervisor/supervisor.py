@@ -415,7 +415,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--secrets-on-stdin", action="store_true",
                         help="Read the values of the job's secret_env from stdin (helper/agent.py: spawn).")
     args = parser.parse_args(argv)
-    testclock.shift_for_tests()
+    testclock.shift_for_tests(os.path.dirname(os.path.dirname(os.path.abspath(args.job_dir))))
     os.umask(0o077)  # what the job writes is its owner's only (jobdir/private.py), in a Slurm allocation too
     if args.secrets_on_stdin:  # before anything else: in this process's environment, so every step inherits them
         os.environ.update(secrets.receive(sys.stdin.buffer))

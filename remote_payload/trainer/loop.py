@@ -16,8 +16,10 @@ DDP/FSDP, optimizer) → `micro_batches` / `train_step` per optimizer step → `
 evaluate, save on their schedules) → `finish` (final save and eval, export). Each piece takes the
 `Run` and can be called on its own.
 
-Test hook: ``ORCH_TEST_STEP_DELAY_S`` sleeps that long after each step (it changes no number),
-so a tiny model's run lasts long enough for a signal to arrive mid-run.
+Test hook: ``step_delay_s`` in ``test-hooks.json`` of the orch root the job folder is in (written
+by the test harness, never by a job file: `remote_payload/contract/testhooks.py`) sleeps that
+long after each step (it changes no number), so a tiny model's run lasts long enough for a
+signal to arrive mid-run.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from remote_payload.contract import testhooks
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
 from remote_payload.trainer import checkpoint, data, distributed, export, fsdp, metrics
 from remote_payload.trainer import model as modeling
@@ -281,7 +284,7 @@ def train(cfg: TrainConfig, out: Path, info: distributed.DistInfo, stop: distrib
     book = Book(run)
     log.info("training %d steps (%d per epoch), %d micro-batches of %d per step per process",
              run.total_steps, run.steps_per_epoch, cfg.grad_accum, cfg.batch_size)
-    slow = float(os.environ.get("ORCH_TEST_STEP_DELAY_S") or 0)  # tests: a long run from a tiny model
+    slow = testhooks.step_delay_s(str(out.resolve().parent.parent))  # tests: a long run from a tiny model
     for micro in micro_batches(run):
         lr, grad_norm, stopping = train_step(run, micro, book.interval, stop)
         if stopping:  # the step is taken: report it when due and checkpoint it; no evaluation or export

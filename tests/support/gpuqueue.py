@@ -1,8 +1,9 @@
 """Helpers for the GPU queue's tests (remote_payload/gpuqueue/queue.py).
 
-CI has no GPU: jobs carry the test hooks in their ``env:`` (``ORCH_TEST_GPUS`` and
-``ORCH_TEST_GPUS_BUSY``, remote_payload/gpuqueue/inventory.py), which reach the supervisor on the
-``local`` host and through sshd alike. Each job runs ``hold.py``: it records the GPUs it got
+CI has no GPU: each host's root gets a fake GPU inventory from the harness (``gpus`` and
+``gpus_busy`` in its ``test-hooks.json``: tests/support/serverhooks.py,
+remote_payload/gpuqueue/inventory.py), on the ``local`` host and through sshd alike; a job file
+cannot set it. Each job runs ``hold.py``: it records the GPUs it got
 and when it ran in a gate folder, then holds them until the test touches ``<name>.release``
 — so tests wait on conditions, never on timings.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from tests.support.orch import Orch, write_job
 from tests.support.poll import wait_until
+from tests.support.serverhooks import set_host_hooks
 
 HOLD = """\
 import json, os, pathlib, sys, time
@@ -59,13 +61,14 @@ class Gate:
 def gpu_job(orch: Orch, gate: Gate, host: str, name: str, gpus: int = 2, busy: str = "", launch: str = "",
             env: dict[str, str] | None = None, hold_s: float = 0, extra: str = "") -> Path:
     """A ``hold.py`` job file on a host whose fake inventory has ``gpus`` GPUs (``busy``: those
-    indices busy with another process); ``launch``: more ``launch:`` lines (indented);
-    ``hold_s``: it runs at least that long even when released already; ``extra``: more top-level lines."""
+    indices busy with another process); ``launch``: more ``launch:`` lines (indented); ``env``:
+    the job's ``env:``; ``hold_s``: it runs at least that long even when released already;
+    ``extra``: more top-level lines."""
     folder = orch.cwd / name
     folder.mkdir()
-    hooks = {"ORCH_TEST_GPUS": str(gpus), "ORCH_TEST_GPUS_BUSY": busy, **(env or {})}
+    set_host_hooks(orch, host, gpus=gpus, gpus_busy=[int(i) for i in busy.split(",") if i.strip()])
     spec = write_job(folder, name, host, ["python", "hold.py", name, str(gate.path), str(hold_s)],
-                     f"{launch}env: {json.dumps(hooks)}\n{extra}")
+                     f"{launch}env: {json.dumps(env or {})}\n{extra}")
     (folder / "ws" / "hold.py").write_text(HOLD)
     return spec
 

@@ -11,16 +11,20 @@ from safetensors.torch import load_file
 
 from tests.support.orch import Orch, exact_workspace
 from tests.support.poll import wait_until
+from tests.support.serverhooks import set_host_hooks
 
 
 def trainer_spec(orch: Orch, assets: Path, host: str, name: str, *, delay: float = 0.0, steps: int = 12) -> Path:
     """A LoRA job of the tiny GPT-2 (fp32, no dropout: exact) checkpointing every 3 steps;
-    ``delay`` seconds after each step (the trainer's test hook; no number changes)."""
+    ``delay``: from now on, every trainer job on ``host`` sleeps that long after each step (the
+    harness's ``step_delay_s`` in that host's root, tests/support/serverhooks.py; no number
+    changes; a job moved on runs at full speed)."""
     exact_workspace(orch.cwd, assets)
+    if delay:
+        set_host_hooks(orch, host, step_delay_s=delay)
     spec = orch.cwd / f"{name}.yaml"
     spec.write_text(json.dumps({
         "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": {"nproc_per_node": 1},
-        "env": {"ORCH_TEST_STEP_DELAY_S": str(delay)} if delay else {},
         "train": {"model": "assets/tiny-gpt2", "finetune": "lora",
                   "lora": {"r": 4, "dropout": 0.0, "target_modules": ["c_attn"]},
                   "data": {"train": "assets/data/train.jsonl", "max_length": 48}, "precision": "fp32",

@@ -1,8 +1,9 @@
 """A server whose clock is an hour ahead of the laptop's, or an hour behind (issue 23, class 9).
 
-The loopback sshd serves two plain users whose login profile sets ``ORCH_TEST_CLOCK_SHIFT_S``
-(remote_payload/jobdir/testclock.py): their helper and supervisors live an hour off, and the
-job's script writes its metrics' times from the same shifted clock. Through the CLI, `orch
+The loopback sshd serves two plain users whose orch root holds the harness's ``clock_shift_s``
+(tests/support/serverhooks.py, remote_payload/jobdir/testclock.py): their helper and
+supervisors live an hour off, and the job's script writes its metrics' times from the same
+shifted clock. Through the CLI, `orch
 status` (ELAPSED, ETA, COST, the times it reports) and `orch queue` (SINCE) must be what the
 laptop's own clock says, never `1h00m` of skew nor `0s`.
 """
@@ -17,12 +18,13 @@ import pytest
 
 from tests.support.orch import Orch, write_job
 from tests.support.poll import wait_until
+from tests.support.serverhooks import set_hooks
 from tests.support.sshd import SSHServer, ensure_user
 
 PRICE = 3.6  # per hour: one cent a second... of the laptop's clock
 JOB = """\
 import json, os, pathlib, time
-shift = float(os.environ.get("ORCH_TEST_CLOCK_SHIFT_S") or 0)  # this server's clock
+shift = @SHIFT@  # this server's clock
 release = pathlib.Path(os.environ["ORCH_JOB_DIR"]) / "release"
 for step in range(1, 11):
     time.sleep(0.5)
@@ -35,13 +37,14 @@ while not release.exists() and time.time() < deadline:
 
 
 def skewed_user(name: str, shift_s: int, sshd: SSHServer) -> None:
-    """A login user that accepts the test key and whose login shell shifts orch's clock."""
+    """A login user that accepts the test key and whose orch root (``~/orch``) shifts orch's
+    clock and has one fake GPU."""
     ensure_user(name)
     home = Path(f"/home/{name}")
     (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
     (home / ".ssh" / "authorized_keys").write_text(Path(str(sshd.client_key) + ".pub").read_text())
-    (home / ".bash_profile").write_text(f"export ORCH_TEST_CLOCK_SHIFT_S={shift_s}\n. ~/.profile\n")
     subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+    set_hooks(home / "orch", owner=name, clock_shift_s=shift_s, gpus=1)
 
 
 @pytest.mark.parametrize("user, shift_s", [("orchahead", 3600), ("orchbehind", -3600)])
@@ -50,8 +53,8 @@ def test_status_and_queue_are_right_when_the_server_clock_is_an_hour_off(
     skewed_user(user, shift_s, sshd)
     orch("hosts", "add", "skewed", "--ssh", f"ssh -p {sshd.port} {user}@127.0.0.1", "--identity",
          str(sshd.client_key), "--python", "/usr/bin/python3", "--price-per-hour", str(PRICE), "--trust")
-    spec = write_job(orch.cwd, "skew", "skewed", ["python3", "skew.py"], 'env: {"ORCH_TEST_GPUS": "1"}\n')
-    (orch.cwd / "ws" / "skew.py").write_text(JOB)
+    spec = write_job(orch.cwd, "skew", "skewed", ["python3", "skew.py"])
+    (orch.cwd / "ws" / "skew.py").write_text(JOB.replace("@SHIFT@", str(shift_s)))
     before = time.time()
     job = orch.json("submit", str(spec))["job_id"]
     wait_until(lambda: (orch.json("status", job).get("metrics") or {}).get("step") == 10, what="step 10", timeout=120)

@@ -18,21 +18,25 @@ from safetensors.torch import load_file
 
 from tests.e2e.multinode.test_multinode import _node_status, train_spec, two_nodes  # noqa: F401 (a fixture)
 from tests.support.orch import Orch
+from tests.support.serverhooks import set_host_hooks
 
 STEPS = 12
-SLOW = {"ORCH_TEST_STEP_DELAY_S": "0.5"}  # remote_payload/train.py: time to kill mid-run, same numbers
+SLOW_S = 0.5  # the trainer's step_delay_s (tests/support/serverhooks.py): time to kill mid-run, same numbers
 
 
 def resume_spec(orch: Orch, assets: Path, hosts: list[str], nproc: int, finetune: str, name: str,
                 slow: bool = True) -> Path:
     """test_multinode's job with a checkpoint every 2 steps, all of them kept, and (``slow``)
-    slow steps: a run to kill; the run it is compared with need not wait."""
+    slow steps from now on on every node: a run to kill; the run it is compared with, submitted
+    first, need not wait."""
     spec = train_spec(orch, assets, hosts, nproc, STEPS, name)
     job = json.loads(spec.read_text())
     job["train"].update(save_every=2, keep_checkpoints=100)
     if finetune == "full":
         job["train"].update(finetune="full", lora=None)
-    job["env"] = SLOW if slow else {}
+    if slow:
+        for host in hosts:
+            set_host_hooks(orch, host, step_delay_s=SLOW_S)
     spec.write_text(json.dumps(job))
     return spec
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from tests.support.orch import Orch, exact_workspace
 from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
+from tests.support.serverhooks import set_host_hooks
 from tests.support.slurm import WAIT_S, SlurmCluster, SlurmLogin, available, start_slurm
 from tests.support.sshd import SSHServer
 from tests.support.tiers import needs
@@ -72,12 +73,15 @@ def test_own_script_runs_under_torchrun_in_an_allocation(orch: Orch, lab: str, s
 
 
 def train_spec(orch: Orch, assets: Path, host: str, name: str, launch: dict, max_steps: int = 6,
-               env: dict | None = None) -> Path:
-    """The built-in trainer on the tiny GPT-2 with LoRA, no dropout (exact comparisons)."""
+               step_delay_s: float = 0) -> Path:
+    """The built-in trainer on the tiny GPT-2 with LoRA, no dropout (exact comparisons);
+    ``step_delay_s``: from now on every trainer job on ``host`` sleeps that long after each step."""
     exact_workspace(orch.cwd, assets)
+    if step_delay_s:
+        set_host_hooks(orch, host, step_delay_s=step_delay_s)
     spec = orch.cwd / f"{name}.yaml"
     spec.write_text(json.dumps({
-        "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": launch, "env": env or {},
+        "name": name, "hosts": [host], "workspace": {"path": "ws"}, "launch": launch,
         "train": {"model": "assets/tiny-gpt2", "finetune": "lora",
                   "lora": {"r": 4, "dropout": 0.0, "target_modules": ["c_attn"]},
                   "data": {"train": "assets/data/train.jsonl", "max_length": 48}, "precision": "fp32",
@@ -205,12 +209,12 @@ def test_pending_jobs_say_why_and_a_pending_job_cancels(orch: Orch, lab: str, sl
     assert not (remote_job_dir(orch, first) / "logs" / "node0.log").exists()  # it never ran
 
 
-SLOW = {"ORCH_TEST_STEP_DELAY_S": "1"}  # remote_payload/train.py: a long run from the tiny model, same numbers
+SLOW_S = 1.0  # the trainer's step_delay_s on the cluster (tests/support/serverhooks.py): a long run, same numbers
 
 
 def test_cancel_stops_a_running_job_gracefully_and_ends_its_allocation(orch: Orch, lab: str, slurm: SlurmCluster,
                                                                        tiny_assets: Path) -> None:
-    spec = train_spec(orch, tiny_assets, lab, "stopme", {"nproc_per_node": 2}, max_steps=1000, env=SLOW)
+    spec = train_spec(orch, tiny_assets, lab, "stopme", {"nproc_per_node": 2}, max_steps=1000, step_delay_s=SLOW_S)
     job = orch.json("submit", str(spec))["job_id"]
     status_where(orch, job, "two steps", lambda s: (s.get("metrics") or {}).get("step", 0) >= 2)
     slurm_id = orch.json("status", job)["slurm_job"]
@@ -250,7 +254,7 @@ def test_time_limit_warning_checkpoints_and_resume_ends_bit_identical(orch: Orch
     resume` submits the batch script again (warned again, perhaps) until the run ends; the
     adapter equals an uninterrupted run's bit for bit."""
     launch = {"nproc_per_node": 2, "slurm": {"time": "3", "signal_before_s": 120, "gpus_per_node": 0}}
-    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "warned", launch, max_steps=60, env=SLOW)))["job_id"]
+    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "warned", launch, max_steps=60, step_delay_s=SLOW_S)))["job_id"]
     straight = start_reference(orch, tiny_assets)
     timeouts = 0
     for _ in range(5):
@@ -307,7 +311,7 @@ def test_requeue_at_the_warning_continues_in_the_next_allocation_bit_identical(
     there, and its sixth allocation ended failed); the end is waited for across up to five."""
     lab = add_lab(orch, SlurmLogin(sshd.port, sshd.client_key, quick_requeue), "quick")
     launch = {"nproc_per_node": 2, "slurm": {"time": "4", "signal_before_s": 150, "requeue": True}}
-    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=90, env=SLOW)))["job_id"]
+    job = orch.json("submit", str(train_spec(orch, tiny_assets, lab, "again", launch, max_steps=90, step_delay_s=SLOW_S)))["job_id"]
     waiting = status_where(orch, job, "the requeued job to wait", lambda s: "requeued" in (s.get("reason") or ""),
                            timeout=240)
     requeued, _, slurm_says = waiting["reason"].partition("; ")

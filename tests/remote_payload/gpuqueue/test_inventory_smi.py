@@ -83,7 +83,7 @@ def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
     def read() -> dict:
-        return gpuinventory.inventory(str(tmp_path / f"gpus{len(list(tmp_path.glob('gpus*')))}" / "gpus.json"), {})
+        return gpuinventory.inventory(str(tmp_path / f"gpus{len(list(tmp_path.glob('gpus*')))}" / "gpus.json"))
 
     return install, read
 

@@ -123,7 +123,7 @@ def test_gpus_busy_with_other_processes_are_not_handed_out(orch: Orch, gate: Gat
     status = queued_at(orch, b, 1)
     assert "busy with other processes: GPU 0" in status["reason"]
     assert "2 GPU(s), 1 held by orch jobs, 0 free, busy with other processes: GPU 0" in orch("queue").stdout
-    never = submit(orch, gate, "local", "never", gpus=2, launch="  gpus: 3\n")
+    never = submit(orch, gate, "local", "never", gpus=2, busy="0", launch="  gpus: 3\n")  # the same host
     failed = orch.wait_state(never, ALL_DONE)
     assert failed["state"] == "failed" and "launch.gpus: the job needs 3 GPU(s); this host has 2" in failed["reason"]
     gate.release("a")

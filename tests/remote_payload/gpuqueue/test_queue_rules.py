@@ -107,7 +107,7 @@ def entry(root: Path, job_id: str, pid: int, need: Any, since: float, state: str
 
 
 def fake(n: int, busy: str = "") -> list[dict[str, Any]]:
-    return gpuinventory._fake({"ORCH_TEST_GPUS": str(n), "ORCH_TEST_GPUS_BUSY": busy})
+    return gpuinventory._fake({"gpus": n, "busy": [int(i) for i in busy.split(",") if i], "memory_gb": 80})
 
 
 def test_strict_fifo_no_backfill_priority_first_and_dead_holders_freed(tmp_path: Path, holders: Any) -> None:

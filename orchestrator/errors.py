@@ -23,6 +23,11 @@ class SpecError(UsageError):
     """An invalid job.yaml; the message names file:line:column and the field path."""
 
 
+class SettingError(UsageError):
+    """An ``ORCH_*`` environment variable whose value cannot be read (``orchestrator/settings.py``):
+    the message names the variable, its value and what it takes."""
+
+
 class LocalFileError(UsageError):
     """A file on the laptop stops the command before anything is launched or renamed: a
     damaged ``registry.db``, a broken ``hosts/*.json``, a fetch destination that cannot be

@@ -10,6 +10,8 @@ import stat
 import sys
 from pathlib import Path
 
+from orchestrator import settings
+
 TYPE_CHECKING = False  # typing costs every command's start ~9 ms (orch's entry point imports this)
 if TYPE_CHECKING:
     from typing import Callable
@@ -17,9 +19,9 @@ if TYPE_CHECKING:
 
 def orch_home() -> Path:
     """``$ORCH_HOME`` or the platform's user data dir; created 0700 on first use."""
-    env = os.environ.get("ORCH_HOME")
+    env = settings.HOME.get()
     if env:
-        home = Path(env).expanduser()
+        home = Path(str(env)).expanduser()
     elif sys.platform == "darwin":
         home = Path.home() / "Library" / "Application Support" / "orch"
     else:

@@ -13,14 +13,15 @@ tests have a channel of their own: ``remote_payload/contract/testhooks.py``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
+from orchestrator import settings
 
 
 def armed(point: str) -> bool:
     """True when the harness set pause point ``point``."""
-    name, _, folder = os.environ.get("ORCH_TEST_PAUSE", "").partition(":")
+    name, _, folder = settings.TEST_PAUSE.raw().partition(":")
     return name == point and bool(folder)
 
 
@@ -28,7 +29,7 @@ def pause(point: str) -> None:
     """Wait at ``point`` for the harness when it armed it (module docstring); else return at once."""
     if not armed(point):
         return
-    folder = os.environ["ORCH_TEST_PAUSE"].partition(":")[2]
+    folder = settings.TEST_PAUSE.raw().partition(":")[2]
     Path(folder, f"{point}.reached").touch()
     deadline = time.time() + 30
     while not Path(folder, f"{point}.go").exists() and time.time() < deadline:

@@ -23,7 +23,9 @@ import sys
 import threading
 import time
 
-_SETTING = os.environ.get("ORCH_TRACE", "")
+from orchestrator import settings
+
+_SETTING = settings.TRACE.raw()
 ON = _SETTING not in ("", "0")
 
 

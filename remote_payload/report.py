@@ -28,6 +28,8 @@ import os
 import time
 from typing import Any, Dict, Optional
 
+from remote_payload.contract import settings
+
 MAX_KEYS = 64
 MAX_KEY_LEN = 64
 
@@ -36,10 +38,10 @@ _state: Dict[str, Any] = {"total_steps": None}
 
 def metrics_path() -> Optional[str]:
     """Where rows go: ``$ORCH_METRICS``, else ``$ORCH_JOB_DIR/metrics.jsonl``, else None."""
-    path = os.environ.get("ORCH_METRICS")
+    path = settings.job_variable(settings.METRICS)
     if path:
         return path
-    job_dir = os.environ.get("ORCH_JOB_DIR")
+    job_dir = settings.job_variable(settings.JOB_DIR)
     return os.path.join(job_dir, "metrics.jsonl") if job_dir else None
 
 
@@ -77,7 +79,7 @@ def report(step: int, loss: Optional[float] = None, *, total_steps: Optional[int
             row["loss"] = _value(loss)
         if _state["total_steps"] is not None:
             row["total_steps"] = _state["total_steps"]
-        attempt = os.environ.get("ORCH_ATTEMPT", "").strip()
+        attempt = settings.job_variable(settings.ATTEMPT).strip()
         if attempt.isascii() and attempt.isdigit() and len(attempt) <= 9:
             row["attempt"] = int(attempt)
         for key, value in list(fields.items())[:MAX_KEYS]:

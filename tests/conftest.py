@@ -115,7 +115,7 @@ def orch(tmp_path: Path) -> Iterator[Orch]:
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(ORCH_HOME=str(home), PYTHONPATH=str(REPO), ORCH_CONNECT_ATTEMPTS="2",
-               ORCH_CONNECT_TIMEOUT="5", HF_HUB_OFFLINE="1", ORCH_HOLD_IDLE_S=HOLD_IDLE_S,
+               ORCH_CONNECT_TIMEOUT_S="5", HF_HUB_OFFLINE="1", ORCH_HOLD_IDLE_S=HOLD_IDLE_S,
                ORCH_WARM_IDLE_S=HOLD_IDLE_S)
     work = tmp_path / "laptop"
     work.mkdir()

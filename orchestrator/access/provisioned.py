@@ -11,10 +11,10 @@ off. Host keys stay pinned per entry: a different key after a reschedule is refu
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
+from orchestrator import settings
 from orchestrator.errors import HostError, HostKeyError, OrchError
 from orchestrator.hosts.inventory import Host
 from orchestrator.providers.api import Instance, power_on_retrying
@@ -22,7 +22,7 @@ from orchestrator.providers.open import provider_of
 
 
 def up_timeout_s() -> float:
-    return float(os.environ.get("ORCH_UP_TIMEOUT_S", "600"))
+    return settings.UP_TIMEOUT.seconds()
 
 
 def connectable(host: Host) -> Host:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
+from orchestrator import settings
 from orchestrator.api.results import FetchResult, HostInfo, Job, JobStatus
 from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.state.registry import JobRecord, Registry
@@ -40,9 +41,12 @@ class _Stopped(BaseException):
 class Orch:
     """One ``ORCH_HOME`` (``home``; default: the environment's, as the CLI's) and where orch's
     progress lines go (``say``). Every method opens what it needs and closes it before it
-    returns (``logs`` when its iterator ends or is closed)."""
+    returns (``logs`` when its iterator ends or is closed). The ``ORCH_*`` settings are read
+    from ``os.environ`` when used (docs/configuration.md); one that cannot be read raises
+    ``SettingError`` here, as ``orch`` exits 2 before a command."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None, say: Callable[[str], None] = _quiet) -> None:
+        settings.check_all()
         self.home = Path(home) if home is not None else None
         self.say = say
         self._inventory: Any = None
@@ -79,7 +83,6 @@ class Orch:
         (``--hosts``), or for one job the hosts it runs on instead of the file's ``hosts:``.
         ``yes``: power on a provider host that is off (else ``UsageError``)."""
         from orchestrator.access.power import power_on_first
-        from orchestrator.checks.laptop import laptop_report
         from orchestrator.sweep.expand import axes_of
 
         loaded = self._load(job)
@@ -92,19 +95,12 @@ class Orch:
             return self._submit_sweep(loaded, axes, sweep_name, only, hosts, force, pull_remote_edits)
         if sweep_name is not None or only is not None:
             raise UsageError("sweep_name and only choose a sweep's combinations: give sweep= or a sweep: block")
-        from orchestrator.jobs.submit import submit
-        from orchestrator.sync.selection import Chosen
+        from orchestrator.jobs.submit import checked_submit
 
-        chosen = Chosen(loaded.workspace_dir, loaded.spec.workspace.exclude)
-        for warning in laptop_report(loaded, chosen):
-            self.say(f"warning: {warning}")
-        done = submit(loaded, self.inventory, self.registry, say=self.say, force=force,
-                      pull_remote_edits=pull_remote_edits, trust=never, chosen=chosen)
-        plan = done.plan
-        data = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
-                "state": "pending", "sync": done.sync_summary,
-                "excluded": done.selection["excluded"] if done.selection else None}
-        return Job(plan.job_id, tuple(data["hosts"]), plan.job_dir, "pending", data=data)
+        done = checked_submit(loaded, self.inventory, self.registry, say=self.say, force=force,
+                              pull_remote_edits=pull_remote_edits, trust=never)
+        data = done.as_json()
+        return Job(data["job_id"], tuple(data["hosts"]), data["job_dir"], "pending", data=data)
 
     def _submit_sweep(self, loaded: Any, axes: list[Any], name: str | None, only: str | None,
                       hosts: Sequence[str] | None, force: bool, pull_remote_edits: bool) -> list[Job]:

@@ -9,7 +9,8 @@ is everything as the process ends (measured: 20-60 ms of collections during a su
 
 Exit codes: 0 success · 1 the job failed · 2 invalid input (a broken file of the laptop's
 included: ``LocalFileError``) · 3 cannot reach or authenticate to a host · 4 a remote step
-failed · 130 interrupted. Tracebacks only with ``ORCH_DEBUG=1``.
+failed · 130 interrupted. Tracebacks only with ``ORCH_DEBUG=1``. Every ``ORCH_*`` setting is
+checked before the command runs (``settings.check_all``: an unreadable one is exit 2).
 
 Background threads (stderr drains, stdin pumps, the SSH watchdog, the sync writer, paramiko's
 transport) never print either: ``threading.excepthook`` records the first exception a thread
@@ -24,14 +25,14 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
-import os
 import sys
 import threading
+import warnings
 from gettext import gettext as _
 
 import click
 
-from orchestrator import __version__, trace
+from orchestrator import __version__, settings, trace
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.termtext import clean
 
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     if trace.ON:  # ORCH_TRACE: a line per phase (orchestrator/trace.py)
         words = (argv if argv is not None else sys.argv[1:])[:1]
         trace.mark("cli start", f"orch {' '.join(words)} at {trace.wall_clock()}")
-    debug = os.environ.get("ORCH_DEBUG") == "1"
+    debug = bool(settings.DEBUG.lenient())
     if not debug:
         quiet_threads()
     try:
@@ -181,8 +182,23 @@ def main(argv: list[str] | None = None) -> None:
         gc.freeze()
 
 
+def say_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                file: object = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` for a command: orch's own warnings (a renamed setting) as one
+    ``warning:`` line on stderr, like every other; anyone else's as Python shows them."""
+    if issubclass(category, settings.RenamedSetting):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
 def _run(argv: list[str] | None, debug: bool) -> None:
+    warnings.showwarning = say_warning
     try:
+        settings.check_all()  # an unreadable ORCH_* value: exit 2 before anything starts
         cli.main(args=argv, prog_name="orch", standalone_mode=False)
     except OrchError as exc:
         if debug:

@@ -8,7 +8,6 @@ remain. ``Transitions`` tells which jobs of a repeated status listing have just 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,12 +15,14 @@ from typing import Any, TextIO
 
 from remote_payload.contract.protocol import TERMINAL
 
+from orchestrator import settings
+
 NOTIFIER_TIMEOUT_S = 10
 
 
 def wanted(flag: bool) -> bool:
     """``--notify``, or ``ORCH_NOTIFY`` set to 1/true/yes in the environment."""
-    return flag or os.environ.get("ORCH_NOTIFY", "").strip().lower() in ("1", "true", "yes", "on")
+    return flag or settings.NOTIFY.on()
 
 
 def _applescript(text: str) -> str:

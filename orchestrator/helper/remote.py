@@ -15,14 +15,13 @@ arrive on the laptop's clock (``clock.py``: the offset measured from this host's
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
 import time
 from typing import Any
 
-from orchestrator import trace
+from orchestrator import settings, trace
 from orchestrator.errors import HostError, RemoteError, RootNotWritable
 from orchestrator.helper import fence
 from orchestrator.helper.clock import Offset, status_to_laptop, to_laptop
@@ -36,7 +35,6 @@ from remote_payload.contract import protocol
 from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import REPLY, ProtocolError
 
-START_S = float(os.environ.get("ORCH_HELPER_START_S", "120"))  # login shell + python start, at most
 # How the agent reports an OSError ("PermissionError: [Errno 13] Permission denied: '/x'"):
 # permission denied, operation not permitted, read-only file system.
 _WRITE_ERROR = re.compile(r"^(?:PermissionError|OSError): \[Errno (?:1|13|30)\] (?P<reason>[^:]+): '(?P<path>[^']*)'")
@@ -83,13 +81,14 @@ class Remote:
     # -- sessions ------------------------------------------------------------------------
     def _open(self) -> Session:
         """A ready helper session; installs the payload when the host lacks this version. A
-        helper that has not started within ``START_S`` (a login profile that hangs) is stopped
+        helper that has not started within ``ORCH_HELPER_START_S`` (a login profile that hangs) is stopped
         and named, never waited on forever."""
+        start_s = settings.HELPER_START.seconds()
         for attempt in range(2):
             t0 = trace.since_start_ms()
             proc = self.transport.start(self.argv(), warm=attempt == 0)
             session = Session(proc)
-            slow = Deadline(START_S, session)
+            slow = Deadline(start_s, session)
             try:
                 with slow:
                     session.wait_ready()
@@ -98,7 +97,7 @@ class Remote:
             except (HelperEnded, HostError) as ended:
                 if slow.fired.is_set():
                     raise RemoteError(
-                        f"{self.host.name}: orch's helper did not start within {START_S:g} s: the login shell "
+                        f"{self.host.name}: orch's helper did not start within {start_s:g} s: the login shell "
                         f"(bash -l, with ~/.bash_profile, ~/.bashrc) hangs or is very slow there; check it with "
                         f"`orch exec {self.host.name} -- true` or `orch ssh {self.host.name}`") from None
                 if isinstance(ended, HostError):

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator import trace
+from orchestrator import settings, trace
 from orchestrator.errors import HostError
 from orchestrator.holder.wire import Reader, ask, connect, lock_free, place, send_frame
 from orchestrator.hosts.inventory import Host
@@ -33,7 +33,7 @@ VIA = " (through the connection holder)"
 
 def enabled() -> bool:
     """``ORCH_HOLD=0`` turns connection holders off."""
-    return os.environ.get("ORCH_HOLD", "1") != "0"
+    return settings.HOLD.on()
 
 
 def reach(host: Host, fallback: Callable[[], Transport]) -> "HeldTransport | None":

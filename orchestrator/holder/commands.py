@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import struct
 import threading
@@ -18,20 +17,18 @@ from typing import Callable, Sequence
 
 import paramiko
 
+from orchestrator import settings
 from orchestrator.errors import OrchError
 from orchestrator.holder.wire import MAX_FRAME, Reader, frame
 from orchestrator.transport import shell
-from orchestrator.transport.ssh import CONNECT_TIMEOUT_S, KEEPALIVE_S, RECV_BYTES, SSHTransport, keepalive
+from orchestrator.transport.ssh import RECV_BYTES, SSHTransport, keepalive
 
-IDLE_S = float(os.environ.get("ORCH_HOLD_IDLE_S", "600"))  # the holder's; spares live as long by default
-SPARE_S = float(os.environ.get("ORCH_HOLD_SPARE_S", str(IDLE_S)))
 # Commands that follow each other at once (a submit, a resubmit, another) each find one started
 # at least a command earlier: a spare taken while others are kept is replaced when its command ends.
 SPARES_PER_ARGV = 3
 MAX_SPARES = 4  # each is a session: OpenSSH allows 10 per connection by default
 SPARE_BUFFER = 1 << 20  # output a spare keeps before it stops reading (the SSH window holds the rest)
 TICK_S = 0.2  # how soon the accept loop notices a reason to stop
-PROBE_S = min(CONNECT_TIMEOUT_S, 5.0)  # a keepalive round trip slower than this: the spare is not handed out
 SSH_ERRORS = (OSError, EOFError, paramiko.SSHException)
 log = logging.getLogger("orch.holder")
 
@@ -139,6 +136,8 @@ class Commands:
 
     def __init__(self, ssh: SSHTransport) -> None:
         self.ssh = ssh
+        self.connect_s, self.spare_s = settings.CONNECT_TIMEOUT.seconds(), settings.hold_spare_s()
+        self.probe_s = min(self.connect_s, 5.0)  # a keepalive round trip slower: the spare is not handed out
         self.lock = threading.Lock()
         self.spare_cv = threading.Condition(self.lock)  # a spare was started (or failed to)
         self.served = 0
@@ -148,14 +147,14 @@ class Commands:
         self.reason: str | None = None
 
     def answers(self) -> bool:
-        """Whether the server answers a keepalive within ``PROBE_S``: a spare started on a
+        """Whether the server answers a keepalive within ``probe_s``: a spare started on a
         connection that has since frozen (a stalled link, a suspended laptop's NAT entry gone)
         must not be handed out, or its first request waits for the stall detector. One round
         trip: far less than the helper start a spare saves; a fresh channel's open is one too."""
         transport = self.ssh.client.get_transport()
         if transport is None or not transport.is_active():
             return False
-        return keepalive(transport, PROBE_S) and transport.is_active()
+        return keepalive(transport, self.probe_s) and transport.is_active()
 
     def connected(self) -> bool:
         transport = self.ssh.client.get_transport()
@@ -166,7 +165,7 @@ class Commands:
         transport = self.ssh.client.get_transport()
         if transport is None or not transport.is_active():
             raise self.ssh.lost(None)
-        chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+        chan = transport.open_session(timeout=self.connect_s)
         try:
             chan.exec_command(shell.join(argv))
         except BaseException:
@@ -185,9 +184,9 @@ class Commands:
         t0 = time.monotonic()
         ch = self.take_spare(argv) if warm else None
         if ch is not None and not self.answers():
-            log.info("the connection did not answer a keepalive in %g s: the spare is not handed out", PROBE_S)
+            log.info("the connection did not answer a keepalive in %g s: the spare is not handed out", self.probe_s)
             ch.close()
-            send(frame(b"X", f"the held connection did not answer within {PROBE_S:g} s".encode()))
+            send(frame(b"X", f"the held connection did not answer within {self.probe_s:g} s".encode()))
             return
         took = {"spare": ch is not None, "waited_ms": round((time.monotonic() - t0) * 1000, 1)}
         if ch is not None:
@@ -247,7 +246,7 @@ class Commands:
         if code != -1:
             return frame(b"C", struct.pack(">i", code))
         detail = (": the connection holder stopped" if self.reason else
-                  f": no answer for {3 * KEEPALIVE_S:g} s (stalled)" if self.ssh.stalled else "")
+                  f": no answer for {3 * self.ssh.keepalive_s:g} s (stalled)" if self.ssh.stalled else "")
         return frame(b"L", detail.encode())
 
     def take_spare(self, argv: Sequence[str]) -> Channel | None:
@@ -256,7 +255,7 @@ class Commands:
         key = tuple(argv)
         dead: list[Channel] = []
         with self.spare_cv:
-            self.spare_cv.wait_for(lambda: self.spares.get(key) or key not in self.starting, CONNECT_TIMEOUT_S)
+            self.spare_cv.wait_for(lambda: self.spares.get(key) or key not in self.starting, self.connect_s)
             ready = self.spares.get(key) or deque()
             ch = None
             while ready and ch is None:
@@ -308,7 +307,7 @@ class Commands:
         gone: list[Channel] = []
         with self.lock:
             for key in list(self.spares):
-                kept = deque(ch for ch in self.spares[key] if now - ch.born < SPARE_S and ch.alive())
+                kept = deque(ch for ch in self.spares[key] if now - ch.born < self.spare_s and ch.alive())
                 gone += [ch for ch in self.spares[key] if ch not in kept]
                 if kept:
                     self.spares[key] = kept

@@ -29,9 +29,9 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__
+from orchestrator import __version__, settings
 from orchestrator.errors import OrchError
-from orchestrator.holder.commands import IDLE_S, SSH_ERRORS, TICK_S, Commands
+from orchestrator.holder.commands import SSH_ERRORS, TICK_S, Commands
 from orchestrator.holder.wire import Place, Reader, place, take_lock
 from orchestrator.home import orch_home
 from orchestrator.hosts.inventory import Host
@@ -48,7 +48,7 @@ class Holder(Commands):
     def __init__(self, host: Host, where: Place, ssh: SSHTransport, home: Path) -> None:
         super().__init__(ssh)
         self.host, self.where, self.home = host, where, home
-        self.clients = 0
+        self.clients, self.idle_s = 0, settings.HOLD_IDLE.seconds()
         self.last = time.monotonic()
         self.threads: list[threading.Thread] = []
         self.inode: tuple[int, int] | None = None
@@ -96,8 +96,8 @@ class Holder(Commands):
         if not self.home.is_dir():
             return "ORCH_HOME is gone"
         with self.lock:
-            if self.clients == 0 and time.monotonic() - self.last >= IDLE_S:
-                return f"idle for {IDLE_S:g} s"
+            if self.clients == 0 and time.monotonic() - self.last >= self.idle_s:
+                return f"idle for {self.idle_s:g} s"
         return None
 
     def run(self, listener: socket.socket) -> str:
@@ -208,8 +208,8 @@ def main() -> None:
     """The holder process (``spawn.spawn``): the host comes in ``ORCH_HOLD_HOST``."""
     os.umask(0o077)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    raw, version = os.environ.pop("ORCH_HOLD_HOST", None), os.environ.pop("ORCH_HOLD_VERSION", None)
-    warm = _argv(os.environ.pop("ORCH_HOLD_WARM", ""))
+    raw, version = settings.take("ORCH_HOLD_HOST"), settings.take("ORCH_HOLD_VERSION")
+    warm = _argv(settings.take("ORCH_HOLD_WARM") or "")
     if raw is None:
         sys.exit("orchestrator.holder.daemon is started by orch itself (see docs/connections.md)")
     host = Host.model_validate_json(raw)
@@ -238,7 +238,7 @@ def main() -> None:
         log.warning("cannot listen on %s: %s", where.sock, exc)
         ssh.close()
         sys.exit(1)
-    log.info("holding %s (%s) for %s, idle limit %g s", host.name, host.target, where.sock, IDLE_S)
+    log.info("holding %s (%s) for %s, idle limit %g s", host.name, host.target, where.sock, holder.idle_s)
     if warm:
         holder.refill(warm)  # the spawning command's helper: ready before the next command asks
     reason = "crashed"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__
+from orchestrator import __version__, settings
 from orchestrator.home import laptop_id, lock_free, orch_home, private_folder, take_lock
 from orchestrator.hosts.inventory import Host
 from remote_payload.contract.bytequeue import ByteQueue
@@ -121,7 +121,7 @@ def holder_key(host: Host, home: Path) -> str | None:
         secret = hmac.new(laptop_id().encode(), b"orch-holder\0" + value.encode("utf-8", "surrogateescape"),
                           "sha256").hexdigest()
     fields = [str(home), host.user, host.address, host.port, host.host_key, host.identity_file, host.password_env,
-              secret, __version__, os.environ.get("ORCH_KEEPALIVE_S", "10")]
+              secret, __version__, f"{settings.KEEPALIVE.seconds():g}"]
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 

@@ -10,13 +10,13 @@ frame then carries the node's terminal status, so the end costs no further round
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 import threading
 import time
 from typing import Any, Callable
 
+from orchestrator import settings
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
@@ -31,7 +31,6 @@ from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import TERMINAL
 
 MAX_BACKOFF_S = 30.0
-HEARTBEAT_S = float(os.environ.get("ORCH_LOG_HEARTBEAT_S", "5"))
 
 
 class _Frames:
@@ -85,9 +84,10 @@ def _read(remote: Remote, record: JobRecord, node: int, at: _Reading, write: Cal
     """One connection's share of a node's log: from ``at.offset`` to the end frame."""
     if at.offset is None:
         at.offset = remote.call("tail_offset", job=record.job_id, node=node, lines=at.tail)["offset"]
+    heartbeat_s = settings.LOG_HEARTBEAT.seconds()
     proc = remote.start("follow", job=record.job_id, offset=at.offset, node=node, follow=follow,
-                        heartbeat=HEARTBEAT_S)
-    frames = _Frames(remote, proc, 3 * HEARTBEAT_S)
+                        heartbeat=heartbeat_s)
+    frames = _Frames(remote, proc, 3 * heartbeat_s)
     at.started = True
     while True:
         kind, data = frames.next()

@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import trace
+from orchestrator import settings, trace
 from orchestrator.access.connect import open_transport
 from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import HostError, OrchError, RemoteError, UsageError
@@ -269,7 +269,7 @@ def say_lock_holder(host: str, holder: Any, say: Say) -> None:
         return
     since = datetime.fromtimestamp(started).strftime("%H:%M:%S") if started > 0 else "?"
     say(f"{host}: an earlier sync of this workspace (pid {pid}, since {since}) still holds its lock, no progress "
-        f"for {idle:.0f} s; waiting — it is stopped after {transfer.STALL_S:.0f} s without progress")
+        f"for {idle:.0f} s; waiting — it is stopped after {settings.LEASE_STALL.seconds():.0f} s without progress")
 
 
 def start_nodes(remotes: list[Remote], plan: Plan, extra: dict[str, Any], say: Say,

@@ -17,13 +17,13 @@ keeps:
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Literal
 
+from orchestrator import settings
 from orchestrator.errors import OrchError
 
 # What orch makes of a provider's own words for an instance's state.
@@ -266,8 +266,7 @@ class Marketplace(Provider):
 def stock_retry_delays() -> list[float]:
     """Waits between power-on tries while out of stock: ``ORCH_STOCK_TRIES`` tries (5), the
     first wait ``ORCH_STOCK_DELAY_S`` (30 s), doubling, each at most 300 s."""
-    tries = max(1, int(os.environ.get("ORCH_STOCK_TRIES", "5")))
-    delay = float(os.environ.get("ORCH_STOCK_DELAY_S", "30"))
+    tries, delay = settings.STOCK_TRIES.whole(), settings.STOCK_DELAY.seconds()
     return [min(300.0, delay * 2 ** i) for i in range(tries - 1)]
 
 

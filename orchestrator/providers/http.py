@@ -12,20 +12,20 @@ only: it is never part of a URL, a message or a log line.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
+from orchestrator import settings
 from orchestrator.providers.api import ProviderAuthError, ProviderError, ProviderUnreachable
 
 MAX_ANSWER = 4 * 1024 * 1024
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("ORCH_PROVIDER_TIMEOUT_S", "30"))
+    return settings.PROVIDER_TIMEOUT.seconds()
 
 
 class JsonClient:

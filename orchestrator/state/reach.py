@@ -18,13 +18,13 @@ their true state again as soon as the host answers.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import settings
 from orchestrator.state import db as db_file
 
 LOST_AFTER_S = 600.0
@@ -57,12 +57,8 @@ class Reach:
 
 
 def lost_after_s() -> float:
-    """``ORCH_LOST_AFTER_S`` (seconds; default 600; an unreadable value is the default)."""
-    try:
-        value = float(os.environ.get("ORCH_LOST_AFTER_S", LOST_AFTER_S))
-    except ValueError:
-        return LOST_AFTER_S
-    return value if value >= 0 else LOST_AFTER_S
+    """``ORCH_LOST_AFTER_S`` (seconds, at least 0; default 600; ``SettingError`` when unreadable)."""
+    return settings.LOST_AFTER.seconds()
 
 
 def record(db: Path, host: str, ok: bool, error: str = "", now: float | None = None) -> Reach:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pathspec
 
+from orchestrator import settings
 from orchestrator.errors import UsageError
 from orchestrator.home import laptop_id
 from orchestrator.state import runs
@@ -33,7 +34,6 @@ from remote_payload.contract.jobfolder import TEMP_PREFIX
 from remote_payload.contract.protocol import tree_digest
 
 SECRET_RE = re.compile(r"^(\.env(\..*)?|.*\.pem|.*\.key|id_(rsa|dsa|ecdsa|ed25519)|\.netrc|\.pypirc|credentials(\.json)?|.*\.p12)$")
-LARGE_WORKSPACE_BYTES = int(os.environ.get("ORCH_LARGE_WORKSPACE_MB", "500")) << 20
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def warnings_for(files: dict[str, LocalFile], skipped: Skipped | None = None) ->
         out.append(f"these look like secrets and will be sent: {', '.join(secrets[:8])}"
                    " (add them to .orchignore to keep them on the laptop)")
     total = sum(f.size for f in files.values())
-    if total > LARGE_WORKSPACE_BYTES:
+    if total > settings.LARGE_WORKSPACE.whole() << 20:
         big = sorted(files.values(), key=lambda f: -f.size)[:3]
         out.append(f"the workspace is {total / 2**20:.0f} MB; largest: "
                    + ", ".join(f"{f.rel} ({f.size / 2**20:.0f} MB)" for f in big)

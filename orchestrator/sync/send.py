@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import trace
+from orchestrator import settings, trace
 from orchestrator.errors import Interrupted, OrchError, RemoteError, UsageError
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.sync import record as synccache
@@ -204,7 +204,6 @@ def _replan(root: Path, plan: SyncPlan, changed: list[str], base: str | None,
 SEND_ROUNDS = 3
 # An earlier receive of the same workspace that made no progress for this long is stopped
 # and its lock taken over (remote_payload/jobdir/lease.py); tests shorten it.
-STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
 
 
 class Kept:
@@ -362,7 +361,7 @@ def _differ(remote: Remote, value: dict[str, Any], plan: SyncPlan) -> tuple[list
 def _send_once(remote: Remote, project: str, root: Path, plan: SyncPlan,
                progress: Callable[[int], None] | None, kept: Kept) -> tuple[dict[str, Any], list[str]]:
     t0 = trace.since_start_ms()
-    proc = remote.start("receive", project=project, stall_s=STALL_S)
+    proc = remote.start("receive", project=project, stall_s=settings.LEASE_STALL.seconds())
     kept.call = proc
     pause("sync-stream")  # tests: the receiver holds the workspace's lock and waits for the stream
     outcome: dict[str, Any] = {}

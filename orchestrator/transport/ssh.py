@@ -25,15 +25,13 @@ from typing import Callable, Sequence
 
 import paramiko
 
+from orchestrator import settings
 from orchestrator.errors import HostError, HostKeyError, UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
 from orchestrator.transport.base import Process, Transport
 from remote_payload.contract.bytequeue import ByteQueue
 
-CONNECT_TIMEOUT_S = float(os.environ.get("ORCH_CONNECT_TIMEOUT", "10"))
-CONNECT_ATTEMPTS = int(os.environ.get("ORCH_CONNECT_ATTEMPTS", "3"))
-KEEPALIVE_S = float(os.environ.get("ORCH_KEEPALIVE_S", "10"))
 WINDOW_BYTES = 8 << 20
 MAX_PACKET_BYTES = 128 << 10
 RECV_BYTES = 2 * WINDOW_BYTES  # more than a channel can hold: one recv takes all of it
@@ -173,7 +171,7 @@ class SSHTransport(Transport):
         """``trust(fingerprint)`` decides about a host with no pinned key; ``on_new_key``
         receives the accepted key line to pin it."""
         self.host, self.name = host, host.name
-        self.stalled = False
+        self.stalled, self.keepalive_s = False, settings.KEEPALIVE.seconds()
         self.client = self._connect(trust, on_new_key)
         transport = self.client.get_transport()
         assert transport is not None
@@ -196,7 +194,8 @@ class SSHTransport(Transport):
         if identity and not Path(identity).is_file():
             raise UsageError(f"{host.name}: identity file {host.identity_file} does not exist")
         delay, last = 0.5, None
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        attempts, timeout_s = settings.CONNECT_ATTEMPTS.whole(), settings.CONNECT_TIMEOUT.seconds()
+        for attempt in range(1, attempts + 1):
             client = paramiko.SSHClient()
             policy = _PinnedKeyPolicy(host, trust)
             client.set_missing_host_key_policy(policy)
@@ -205,13 +204,13 @@ class SSHTransport(Transport):
                 pinned = parse_key_line(host.host_key)
                 client.get_host_keys().add(keyname, pinned.get_name(), pinned)
             try:
-                sock = socket.create_connection((host.address, host.port), timeout=CONNECT_TIMEOUT_S)
+                sock = socket.create_connection((host.address, host.port), timeout=timeout_s)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 client.connect(
                     host.address, port=host.port, username=host.user, password=password,
-                    key_filename=identity, sock=sock, timeout=CONNECT_TIMEOUT_S,
-                    banner_timeout=CONNECT_TIMEOUT_S, auth_timeout=CONNECT_TIMEOUT_S,
+                    key_filename=identity, sock=sock, timeout=timeout_s,
+                    banner_timeout=timeout_s, auth_timeout=timeout_s,
                     allow_agent=True, look_for_keys=identity is None and password is None,
                     transport_factory=transport,
                 )
@@ -240,7 +239,7 @@ class SSHTransport(Transport):
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 client.close()
                 last = exc
-                if attempt < CONNECT_ATTEMPTS:
+                if attempt < attempts:
                     time.sleep(delay)
                     delay *= 2
                 continue
@@ -249,17 +248,18 @@ class SSHTransport(Transport):
             return client
         reason = getattr(last, "strerror", None) or str(last) or type(last).__name__
         raise HostError(
-            f"cannot reach {host.name} ({host.target}): {reason}; tried {CONNECT_ATTEMPTS} times.\n"
+            f"cannot reach {host.name} ({host.target}): {reason}; tried {attempts} times.\n"
             f"If the instance was restarted its port may have changed: "
             f"orch hosts add {host.name} --ssh \"ssh -p PORT user@host\""
         )
 
     def _watchdog(self, transport: paramiko.Transport) -> None:
-        """Every ``KEEPALIVE_S`` ask the server for a reply; without one within two more
+        """Every ``ORCH_KEEPALIVE_S`` ask the server for a reply; without one within two more
         periods the link is stalled: close it, so every blocked read or request fails as a
         lost connection instead of hanging (paramiko's own keepalive never waits for one)."""
-        while not self._closed.wait(KEEPALIVE_S) and transport.is_active():
-            if not keepalive(transport, 2 * KEEPALIVE_S) and not self._closed.is_set():
+        period = self.keepalive_s
+        while not self._closed.wait(period) and transport.is_active():
+            if not keepalive(transport, 2 * period) and not self._closed.is_set():
                 self.stalled = True
                 transport.close()
                 return
@@ -267,7 +267,7 @@ class SSHTransport(Transport):
     def lost(self, exc: BaseException | None) -> HostError:
         detail = f": {exc}" if exc else ""
         if self.stalled:
-            detail = f": no answer for {3 * KEEPALIVE_S:g} s (stalled)"
+            detail = f": no answer for {3 * self.keepalive_s:g} s (stalled)"
         return HostError(f"connection to {self.host.name} ({self.host.target}) was lost{detail}")
 
     def start(self, argv: Sequence[str], *, warm: bool = False) -> Process:
@@ -276,7 +276,7 @@ class SSHTransport(Transport):
             transport = self.client.get_transport()
             if transport is None or not transport.is_active():
                 raise self.lost(None)
-            channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            channel = transport.open_session(timeout=settings.CONNECT_TIMEOUT.seconds())
             channel.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self.lost(exc) from None

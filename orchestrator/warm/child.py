@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Any
 
-from orchestrator import ask, trace
+from orchestrator import ask, settings, trace
 from orchestrator.warm import wire
 
 RESET = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP, signal.SIGCONT, signal.SIGWINCH,
@@ -47,7 +47,7 @@ def run(request: dict[str, Any], fds: list[int], ctl: socket.socket) -> int:
     os.chdir(request["cwd"])
     _standard_streams()
     sys.argv = ["orch", *request["argv"]]
-    trace.restart(request["t0"], os.environ.get("ORCH_TRACE", ""))
+    trace.restart(request["t0"], settings.TRACE.raw())
     trace.mark("warm", f"forked by the warm server {os.getppid()}")
     ask.relay = _relay(ctl)
     from orchestrator.cli.main import main

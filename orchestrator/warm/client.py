@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 
-from orchestrator import trace
+from orchestrator import settings, trace
 from orchestrator.warm import wire
 
 TYPE_CHECKING = False  # typing costs the client ~9 ms: for the type checker only
@@ -53,8 +53,8 @@ def eligible(argv: list[str]) -> bool:
     """Whether this command may run on a warm server: on Linux unless ``ORCH_WARM=0``; elsewhere
     (macOS) only with ``ORCH_WARM=1`` — forking a process that imported orch's libraries is
     untried there, and macOS's system frameworks are known to break in forked children."""
-    setting = os.environ.get("ORCH_WARM", "")
-    wanted = setting == "1" or (setting != "0" and sys.platform.startswith("linux"))
+    setting = settings.WARM.lenient()  # an unreadable value: orch itself says so, in its own process
+    wanted = setting is True or (setting is None and sys.platform.startswith("linux"))
     return bool(argv) and argv[0] in wire.WARM_COMMANDS and wanted and hasattr(socket, "send_fds")
 
 

@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator import settings
 from orchestrator.holder.wire import ask
 from orchestrator.home import take_lock
 from orchestrator.warm import child, wire
 
-IDLE_S = float(os.environ.get("ORCH_WARM_IDLE_S", "600"))
 REQUEST_S = 5.0  # a client sends its request at once; one that does not is dropped
 
 # Modules the commands import only when they run (inside functions; measured: a submit --follow,
@@ -117,14 +117,14 @@ class Server:
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.sel.register(wake_r, selectors.EVENT_READ, "wake")
         self.wake = (wake_r, wake_w)
-        last = time.monotonic()
+        last, idle_s = time.monotonic(), settings.WARM_IDLE.seconds()
         try:
             while not (self.draining and not self.children):
                 if not self.children and self.ended:  # idle from the end of the last command
                     last, self.ended = time.monotonic(), False
-                timeout = None if self.children else max(IDLE_S - (time.monotonic() - last), 0.0)
+                timeout = None if self.children else max(idle_s - (time.monotonic() - last), 0.0)
                 events = self.sel.select(timeout if not self.draining else 1.0)
-                if not events and not self.children and time.monotonic() - last >= IDLE_S:
+                if not events and not self.children and time.monotonic() - last >= idle_s:
                     self.drain()
                 for key, _ in events:
                     if key.data == "listen":

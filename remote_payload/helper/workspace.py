@@ -125,7 +125,7 @@ def _settled(lock: str) -> Optional[Dict[str, Any]]:
 Finish = Callable[[Dict[str, Any], Dict[str, Any], Dict[str, str], Callable[[], None]], Dict[str, Any]]
 
 
-def receive(root: str, project: str, stream: IO[bytes], stall_s: float = lease.STALL_S,
+def receive(root: str, project: str, stream: IO[bytes], stall_s: Optional[float] = None,
             report: Optional[Callable[[Dict[str, Any]], None]] = None,
             finish: Optional[Finish] = None) -> Dict[str, Any]:
     """Read a tar stream: ``.orch-sync.json`` (deletions + the new record) first, then the

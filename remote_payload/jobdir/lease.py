@@ -17,10 +17,10 @@ import signal
 import time
 from typing import IO, Any, Dict, Optional
 
+from remote_payload.contract import settings
 from remote_payload.contract.jobfolder import atomic_write_json, read_json
 from remote_payload.jobdir.processes import pid_alive
 
-STALL_S = float(os.environ.get("ORCH_LEASE_STALL_S", "30"))
 PROGRESS_EVERY_S = 1.0
 
 
@@ -95,12 +95,14 @@ def _describe(path: str) -> Dict[str, Any]:
 HELPER_MARK = "serve"  # in the command line of orch's helper (the only lease holder): never kill a reused pid
 
 
-def acquire(path: str, what: str, stall_s: float = STALL_S, max_wait_s: Optional[float] = None) -> Lease:
+def acquire(path: str, what: str, stall_s: Optional[float] = None, max_wait_s: Optional[float] = None) -> Lease:
     """Take the lease for ``what`` (e.g. ``"receive myproject"``), stopping a stalled holder
-    of the same ``what``. Raises ``LeaseBusy`` naming the holder after ``max_wait_s``
+    of the same ``what`` (``stall_s``: default ``ORCH_LEASE_STALL_S``, contract/settings.py).
+    Raises ``LeaseBusy`` naming the holder after ``max_wait_s``
     (default: twice ``stall_s``). Whatever ends the wait (``LeaseBusy``, an error writing the
     holder record, an interrupt), the lock file is closed: only a returned ``Lease`` holds it,
     and its holder calls ``release`` in a ``finally``."""
+    stall_s = settings.lease_stall_s() if stall_s is None else stall_s
     limit = time.time() + (2 * stall_s + 5 if max_wait_s is None else max_wait_s)
     handle = open(path, "a")
     try:

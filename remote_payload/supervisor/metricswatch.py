@@ -19,10 +19,10 @@ import re
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from remote_payload.contract import settings
 from remote_payload.jobdir.duties import Duty, describe
 from remote_payload.supervisor import scrape
 
-OFF = ("0", "false", "no", "off")
 FINAL_READ_BYTES = 64 << 20  # at most this much of a log is read after the job ended
 STOP_WAIT_S = 60.0  # the supervisor waits at most this long for the last pass
 MAX_JOB_JSON = 16 << 20
@@ -169,7 +169,7 @@ class _Off:
 
 def attempt_of(env: Dict[str, str]) -> Optional[int]:
     """``ORCH_ATTEMPT`` (1, 2, ...) of the job's env as an int; None when unset or not one."""
-    value = str(env.get("ORCH_ATTEMPT", "")).strip()
+    value = str(env.get(settings.ATTEMPT, "")).strip()
     return int(value) if re.fullmatch(r"[0-9]{1,9}", value) else None
 
 
@@ -196,7 +196,7 @@ def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[st
     (it writes its own metrics), when the job's env sets ``ORCH_METRICS_FROM_LOG=0``, and when
     the watcher cannot start (said with ``say``)."""
     try:
-        if os.path.exists(os.path.join(job_dir, "train.json")) or env.get("ORCH_METRICS_FROM_LOG", "").lower() in OFF:
+        if os.path.exists(os.path.join(job_dir, "train.json")) or not settings.metrics_from_log(env):
             return _Off()
         return Watcher(job_dir, node_rank, say, attempt_of(env), progress_pattern(job_dir, say)).start()
     except Exception as exc:  # noqa: BLE001 - metrics are a convenience: said, never a failed job

@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, List, Optional
 if __name__ == "__main__":  # run as a script: imports start at the payload folder, not this script's own
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from remote_payload.contract import settings  # noqa: E402
 from remote_payload.contract.jobfolder import atomic_write_json, read_json  # noqa: E402
 from remote_payload.contract.protocol import GRACE_S, TERMINAL  # noqa: E402
 from remote_payload.gpuqueue import queue as gpuqueue  # noqa: E402
@@ -204,9 +205,9 @@ class Supervisor:
                                           int(self.status["attempt"]))
         env.update(self.node.get("env", {}))
         env["PYTHONUNBUFFERED"] = "1"
-        env["ORCH_JOB_ID"] = self.job["job_id"]
-        env["ORCH_JOB_DIR"] = self.job_dir
-        env["ORCH_METRICS"] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md
+        env[settings.JOB_ID] = self.job["job_id"]
+        env[settings.JOB_DIR] = self.job_dir
+        env[settings.METRICS] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md
         payload = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <root>/payload/<hash>
         env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
         return env

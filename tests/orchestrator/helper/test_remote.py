@@ -183,7 +183,7 @@ def test_a_status_json_with_fields_of_the_wrong_type_breaks_nothing(remote: Remo
 
 def test_a_login_shell_that_never_starts_the_helper_is_named_not_waited_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("orchestrator.helper.remote.START_S", 1.0)
+    monkeypatch.setenv("ORCH_HELPER_START_S", "1")
     hanging = _fake_helper(tmp_path, "import time; time.sleep(600)\n")  # a profile stuck before the helper
     with pytest.raises(RemoteError, match=r"box: orch's helper did not start within 1 s: the login shell"):
         hanging.call("hello")

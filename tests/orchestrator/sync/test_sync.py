@@ -95,7 +95,7 @@ def test_a_file_deleted_on_the_server_is_restored(remote: Remote, ws: Path, tmp_
 def test_secrets_and_size_are_warned_about(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (".env", "server.pem", "id_ed25519"):
         (ws / name).write_text("secret")
-    monkeypatch.setattr(selection, "LARGE_WORKSPACE_BYTES", 10)
+    monkeypatch.setenv("ORCH_LARGE_WORKSPACE_MB", "0")
     warnings = selection.warnings_for(selection.select_files(ws, []))
     assert ".env" in warnings[0] and "server.pem" in warnings[0] and "id_ed25519" in warnings[0]
     assert "the workspace is" in warnings[1] and ".orchignore" in warnings[1]

@@ -228,7 +228,7 @@ def test_a_server_runs_only_its_own_code_and_environment_and_idles_out(orch: Orc
     env = {**orch.env, "PYTHONPATH": str(src), "ORCH_TRACE": str(trace), "ORCH_WARM_IDLE_S": "60"}
     orch("status", env=env)
     first = ready(env)
-    other = {**env, "ORCH_CONNECT_TIMEOUT": "7"}
+    other = {**env, "ORCH_CONNECT_TIMEOUT_S": "7"}
     orch("status", env=other)
     second = ready(other)
     assert first != second and server_of(env) != server_of(other)

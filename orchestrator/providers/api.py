@@ -76,7 +76,9 @@ class NotSupported(ProviderError):
 class Instance:
     """One instance as the provider reports it. ``price_per_hour`` in ``currency`` (None when
     the provider did not say); ``release_at``: when a powered-off instance will be deleted by
-    the provider (None when it is on or the provider never deletes)."""
+    the provider (None when it is on or the provider never deletes). ``label`` (the name or
+    label it was created with), ``gpu`` (its GPUs in words, ``1x RTX 4090``) and ``created_at``
+    where the provider reports them (``instances`` fills them; "" and None otherwise)."""
 
     id: str
     state: State
@@ -84,6 +86,17 @@ class Instance:
     price_per_hour: float | None = None
     currency: str = ""
     release_at: datetime | None = None
+    label: str = ""
+    gpu: str = ""
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Balance:
+    """What the account holds, as the provider reports it (AutoDL's wallet, vast's credit)."""
+
+    amount: float
+    currency: str
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,16 @@ class Provider:
     def release(self, instance_id: str) -> None:
         """Give the instance back for good (its disks go with it)."""
         raise NotSupported(self.name, "release", "not available")
+
+    def instances(self) -> list[Instance]:
+        """Every instance this token's account holds now, in any state but released (what
+        it may be billed for), with ``label``, ``gpu`` and ``created_at`` where the provider
+        says them: ``orch instances`` compares them with the host entries."""
+        raise NotSupported(self.name, "instances", "listing the account's instances is not available")
+
+    def balance(self) -> Balance | None:
+        """The account's balance where the provider reports one (None where it does not)."""
+        return None
 
     def search(self, wanted: Wanted) -> list[Offer]:
         """Offers matching ``wanted``, the cheapest first."""

@@ -1,29 +1,44 @@
-"""vast.ai through its REST API (``/api/v0``; docs/providers.md cites every path used).
+"""vast.ai through its REST API (docs/providers.md cites the source of every path and field used).
 
-The API key goes in ``Authorization: Bearer KEY`` (never in the URL, although vast's own client
-also puts it there). Offers are searched with ``POST /bundles/`` and rented with
-``PUT /asks/{offer}/`` (``runtype: ssh``: vast runs an sshd in any image); orch's public key is
-attached to the new instance with ``POST /instances/{id}/ssh/``. Start and stop are
-``PUT /instances/{id}/`` with ``{"state": "running" | "stopped"}``; destroy is ``DELETE``. A
-stopped instance keeps its disk (billed as storage) and may not get its GPU back while another
-renter holds it. Prices are USD per hour (``dph_total``: GPUs, disk and the rest). Every field
-of an answer is checked before use; a missing or odd one is a ``ProviderError``, never a guess.
-vast's official SDK is not used: it retries every request, creation included, after a timeout
-or an HTTP 5xx, and puts the key in the URL.
+The API key goes in ``Authorization: Bearer KEY`` (never in the URL, although vast allows it).
+Offers are searched with ``POST /api/v0/bundles/`` and rented with ``PUT /api/v0/asks/{offer}/``
+(``runtype`` ``ssh_direc ssh_proxy`` where the offer has open ports, ``ssh_proxy`` otherwise, as
+the official client's ``--ssh [--direct]``); orch's public key is attached to the new instance
+with ``POST /api/v0/instances/{id}/ssh/``. One instance is ``GET /api/v0/instances/{id}/``; the
+account's instances are the paged ``GET /api/v1/instances/`` that the official client moved to
+(the v0 list, being retired, is the fallback while it answers). Start and stop are
+``PUT /api/v0/instances/{id}/`` with ``{"state": "running" | "stopped"}``; destroy is ``DELETE``;
+the credit is ``GET /api/v0/users/current/``. A stopped instance keeps its disk (billed as
+storage) and may not get its GPU back while another renter holds it. Prices are USD per hour
+(``dph_total``: GPUs, disk and the rest).
+
+A refused key: vast answers 401 ``Invalid user key`` (the official client), and 404 with an auth
+error to some keys; both are ``ProviderAuthError``. Every field of an answer is checked before
+use; a missing or odd one is a ``ProviderError``, never a guess. vast's official SDK is not used:
+it retries every request, creation included, after a timeout or an HTTP 5xx.
 """
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.providers.api import Marketplace, Offer, OutOfStock, ProviderError, State, Wanted
+from orchestrator.providers.api import (Balance, Instance, Marketplace, Offer, OutOfStock,
+                                        ProviderAuthError, ProviderError, State, Wanted)
 from orchestrator.providers.http import JsonClient
 
 API_URL = "https://console.vast.ai"
-BASE = "/api/v0"
+BASE, BASE_V1 = "/api/v0", "/api/v1"
 SEARCH_LIMIT = 64
+PAGE = 25  # the v1 list's largest page
+MAX_PAGES = 40  # 1,000 instances: more is an answer orch does not trust
 DEFAULT_RELIABILITY = 0.95
 _STOCK_WORDS = ("no_such_ask", "not available", "unavailable", "already rented", "insufficient")
+# A 404 that is vast refusing the key, not a missing thing (its words, lowercased).
+_AUTH_WORDS = ("auth_error", "invalid user key", "session expired", "api key", "api_key", "unauthorized")
+# A list path vast has retired answers one of these (the v0 list answers 410 to some clients).
+_RETIRED = (404, 405, 410)
 
 
 class Vast(Marketplace):
@@ -33,13 +48,21 @@ class Vast(Marketplace):
     console = "https://cloud.vast.ai/instances/"
 
     def __init__(self, token: str, api_url: str | None = None) -> None:
-        self.http = JsonClient(self.name, (api_url or API_URL).rstrip("/") + BASE,
-                               {"Authorization": f"Bearer {token}"})
+        root = (api_url or API_URL).rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"}
+        self.http = JsonClient(self.name, root + BASE, headers)
+        self.http_v1 = JsonClient(self.name, root + BASE_V1, headers)
 
     def _call(self, method: str, path: str, call: str, body: dict[str, Any] | None = None,
-              query: dict[str, str] | None = None) -> Any:
-        """One request; an answer ``{"success": false, "msg"/"error": ...}`` is an error."""
-        answer = self.http.request(method, path, call, body=body, query=query)
+              query: dict[str, str] | None = None, v1: bool = False) -> Any:
+        """One request; an answer ``{"success": false, "msg"/"error": ...}`` is an error, a 404
+        in the words of a refused key is ``ProviderAuthError``."""
+        try:
+            answer = (self.http_v1 if v1 else self.http).request(method, path, call, body=body, query=query)
+        except ProviderError as exc:
+            if exc.status == 404 and any(word in exc.message.lower() for word in _AUTH_WORDS):
+                raise ProviderAuthError(self.name, call, f"the key was refused ({exc.message})", status=404) from None
+            raise
         if isinstance(answer, dict) and answer.get("success") is False:
             msg = str(answer.get("msg") or answer.get("error") or "refused")[:300]
             raise ProviderError(self.name, call, msg)
@@ -47,14 +70,14 @@ class Vast(Marketplace):
 
     def search(self, wanted: Wanted) -> list[Offer]:
         """``POST /bundles/``: verified, rentable on-demand offers with ``count`` GPUs, at
-        least ``disk_gb`` of disk and the reliability asked (0.95 unless said), under the
-        price, cheapest first; the GPU name matched here as well (vast spells names with
-        spaces: ``RTX 4090``)."""
+        least ``disk_gb`` of disk and the reliability asked (0.95 unless said; the field the
+        official client filters on, ``reliability``), under the price, cheapest first; the GPU
+        name matched here as well (vast spells names with spaces: ``RTX 4090``)."""
         reliability = DEFAULT_RELIABILITY if wanted.min_reliability is None else wanted.min_reliability
         query: dict[str, Any] = {
             "verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True}, "rented": {"eq": False},
             "gpu_name": {"eq": wanted.gpu.replace("_", " ")}, "num_gpus": {"eq": wanted.count},
-            "disk_space": {"gte": wanted.disk_gb}, "reliability2": {"gte": reliability},
+            "disk_space": {"gte": wanted.disk_gb}, "reliability": {"gte": reliability},
             "order": [["dph_total", "asc"]], "type": "on-demand", "allocated_storage": wanted.disk_gb,
             "limit": SEARCH_LIMIT,
         }
@@ -72,25 +95,30 @@ class Vast(Marketplace):
         return sorted(offers, key=lambda o: o.price_per_hour)
 
     def _offer(self, row: object) -> Offer | None:
-        """An offer row, or None when a field orch needs is missing or odd."""
+        """An offer row, or None when a field orch needs is missing or odd. ``ref`` says
+        whether the machine has open ports for direct SSH (``direct_port_count``)."""
         if not isinstance(row, dict):
             return None
         offer_id, gpu, count, price = row.get("id"), row.get("gpu_name"), row.get("num_gpus"), row.get("dph_total")
         if not (isinstance(offer_id, int) and isinstance(gpu, str) and isinstance(count, int)
                 and isinstance(price, (int, float)) and price >= 0):
             return None
-        reliability = row.get("reliability2", row.get("reliability"))
-        disk, memory = row.get("disk_space"), row.get("gpu_ram")
+        reliability = row.get("reliability", row.get("reliability2"))
+        disk, memory, ports = row.get("disk_space"), row.get("gpu_ram"), row.get("direct_port_count")
+        direct = isinstance(ports, int) and ports > 0
         return Offer(provider=self.name, id=str(offer_id), gpu=gpu[:60], count=count, price_per_hour=float(price),
                      gpu_memory_gb=round(memory / 1024) if isinstance(memory, (int, float)) and memory > 0 else None,
                      disk_gb=float(disk) if isinstance(disk, (int, float)) else None,
                      reliability=float(reliability) if isinstance(reliability, (int, float)) else None,
-                     where=str(row.get("geolocation") or "")[:40])
+                     where=str(row.get("geolocation") or "")[:40], ref=(("direct", "yes" if direct else "no"),))
 
     def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
-        """``PUT /asks/{offer}/`` once: the new contract's id. The key is attached afterwards
-        (``authorize_key``): vast takes per-instance keys only for an existing instance."""
-        body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label, "runtype": "ssh", "env": {}}
+        """``PUT /asks/{offer}/`` once: the new contract's id. Direct SSH where the offer has
+        open ports (vast's proxy as well, as the official client's ``--ssh --direct``), the
+        proxy only otherwise. The key is attached afterwards (``authorize_key``): vast takes
+        per-instance keys only for an existing instance."""
+        runtype = "ssh_direc ssh_proxy" if dict(offer.ref).get("direct") == "yes" else "ssh_proxy"
+        body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label, "runtype": runtype, "env": {}}
         answer = self.create_once("create", lambda: self._call("PUT", f"/asks/{offer.id}/", "create", body=body))
         new = answer.get("new_contract") if isinstance(answer, dict) else None
         if not isinstance(new, int):
@@ -102,8 +130,17 @@ class Vast(Marketplace):
         self._call("POST", f"/instances/{instance_id}/ssh/", "attach-ssh", body={"ssh_key": public_key})
 
     def row(self, instance_id: str) -> dict[str, Any] | None:
-        """``GET /instances/{id}/``: the instance's row, None once it is destroyed."""
-        answer = self._call("GET", f"/instances/{instance_id}/", "instance", query={"owner": "me"})
+        """``GET /instances/{id}/?owner=me``: the instance's row, None once it is destroyed;
+        where that path is retired, the v1 list filtered on the id."""
+        try:
+            answer = self._call("GET", f"/instances/{instance_id}/", "instance", query={"owner": "me"})
+        except ProviderAuthError:
+            raise
+        except ProviderError as exc:
+            if exc.status not in (405, 410) or not instance_id.isdigit():
+                raise
+            rows = self._rows_v1({"id": {"eq": int(instance_id)}})
+            return next((r for r in rows if str(r.get("id")) == instance_id), None)
         if not isinstance(answer, dict) or "instances" not in answer:
             raise ProviderError(self.name, "instance", "answer holds no instance")
         row = answer["instances"]
@@ -113,6 +150,62 @@ class Vast(Marketplace):
             raise ProviderError(self.name, "instance", "answer holds no instance")
         return row
 
+    def instances(self) -> list[Instance]:
+        """Every instance of the account: ``GET /api/v1/instances/`` page by page (the
+        official client's ``show_instances``), else the v0 list where v1 is not served."""
+        try:
+            rows = self._rows_v1({})
+        except ProviderAuthError:
+            raise
+        except ProviderError as exc:
+            if exc.status not in _RETIRED:
+                raise
+            answer = self._call("GET", "/instances/", "instances", query={"owner": "me"})
+            rows = answer.get("instances") if isinstance(answer, dict) else None
+            if not isinstance(rows, list):
+                raise ProviderError(self.name, "instances", "answer has no instance list") from None
+        return [self._listed(row) for row in rows if isinstance(row, dict) and isinstance(row.get("id"), int)]
+
+    def _rows_v1(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        """The v1 list's rows matching ``filters``, following ``next_token`` (at most
+        ``MAX_PAGES`` pages). Query values are JSON, as the official client sends them."""
+        rows: list[dict[str, Any]] = []
+        query = {"select_filters": json.dumps(filters), "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
+                 "limit": str(PAGE)}
+        for _ in range(MAX_PAGES):
+            answer = self._call("GET", "/instances/", "instances", query=query, v1=True)
+            page = answer.get("instances") if isinstance(answer, dict) else None
+            if not isinstance(page, list):
+                raise ProviderError(self.name, "instances", "answer has no instance list")
+            rows.extend(row for row in page if isinstance(row, dict))
+            token = answer.get("next_token")
+            if not token:
+                return rows
+            if not isinstance(token, str) or len(token) > 512:
+                raise ProviderError(self.name, "instances", "answer has an odd next_token")
+            query["after_token"] = token
+        raise ProviderError(self.name, "instances", f"more than {MAX_PAGES * PAGE} instances listed; "
+                            f"look at {self.console}")
+
+    def _listed(self, row: dict[str, Any]) -> Instance:
+        """One list row as an ``Instance`` (label, GPUs and start time where given)."""
+        state, status = _state(row)
+        price, gpu, count, start = row.get("dph_total"), row.get("gpu_name"), row.get("num_gpus"), row.get("start_date")
+        words = f"{count}x {gpu}" if isinstance(count, int) and isinstance(gpu, str) else (gpu or "")
+        return Instance(id=str(row["id"]), state=state, status=status, currency="USD",
+                        price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None,
+                        label=_text(row.get("label"), 80), gpu=_text(words, 80),
+                        created_at=datetime.fromtimestamp(start, timezone.utc)
+                        if isinstance(start, (int, float)) and 0 < start < 1e11 else None)
+
+    def balance(self) -> Balance | None:
+        """``GET /users/current/``: the account's ``credit`` in USD."""
+        answer = self._call("GET", "/users/current/", "balance")
+        credit = answer.get("credit") if isinstance(answer, dict) else None
+        if not isinstance(credit, (int, float)) or isinstance(credit, bool):
+            raise ProviderError(self.name, "balance", "answer has no credit")
+        return Balance(amount=round(float(credit), 2), currency="USD")
+
     def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
         return _state(row)
 
@@ -120,14 +213,19 @@ class Vast(Marketplace):
         return row.get("dph_total")
 
     def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
-        """``ssh_host``/``ssh_port``: vast's SSH proxy to the instance."""
+        """Direct SSH where the instance has it (``public_ipaddr`` and the host port mapped
+        to the container's 22, ``ports["22/tcp"][0]["HostPort"]``, as the official client's
+        ``ssh-url``); vast's SSH proxy (``ssh_host``/``ssh_port``) otherwise."""
+        direct = _direct_port(row.get("ports"))
+        if direct is not None and row.get("public_ipaddr"):
+            return row.get("public_ipaddr"), direct
         return row.get("ssh_host"), row.get("ssh_port")
 
     def power_on(self, instance_id: str) -> None:
         try:
             self._call("PUT", f"/instances/{instance_id}/", "start", body={"state": "running"})
         except ProviderError as exc:
-            if any(word in exc.message.lower() for word in _STOCK_WORDS):
+            if not isinstance(exc, ProviderAuthError) and any(word in exc.message.lower() for word in _STOCK_WORDS):
                 raise OutOfStock(self.name, "start", exc.message) from None
             raise
 
@@ -139,16 +237,45 @@ class Vast(Marketplace):
         self._call("DELETE", f"/instances/{instance_id}/", "destroy", body={})
 
 
+def _direct_port(ports: object) -> object:
+    """The host port mapped to the container's 22/tcp, or None."""
+    if not isinstance(ports, dict):
+        return None
+    mapped = ports.get("22/tcp")
+    if not (isinstance(mapped, list) and mapped and isinstance(mapped[0], dict)):
+        return None
+    return mapped[0].get("HostPort")
+
+
+def _text(value: object, limit: int) -> str:
+    """A provider's free text, printable and cut."""
+    return "".join(ch for ch in str(value or "") if ch.isprintable())[:limit]
+
+
+# The documented ``actual_status`` values (vast's show-instances page) that mean the
+# instance will not come up by waiting: the container's process died, the host is gone.
+_DEAD = ("exited", "offline")
+
+
 def _state(row: dict[str, Any]) -> tuple[State, str]:
-    """orch's word from ``actual_status`` (what runs) and ``intended_status`` (what was asked)."""
-    actual = str(row.get("actual_status") or "")[:40]
-    intended = str(row.get("intended_status") or "")[:40]
+    """orch's word from ``actual_status`` (what runs: null while provisioning, ``created``,
+    ``loading``, ``running``, ``stopped``, ``frozen``, ``exited``, ``rebooting``, ``unknown``,
+    ``offline``) and ``intended_status`` (what was asked: running, stopped or frozen). The
+    status is vast's word, with its ``status_msg`` where the instance failed."""
+    actual = _text(row.get("actual_status"), 40)
+    intended = _text(row.get("intended_status"), 40)
+    wants_on = intended not in ("stopped", "frozen")
     if actual == "running":
-        return ("stopping" if intended == "stopped" else "running"), actual
-    if actual in ("exited", "stopped", "offline") and intended != "running":
-        return "off", actual or intended
-    if intended == "stopped":
-        return "off", actual or intended
-    if actual in ("", "created", "loading", "scheduling") or intended == "running":
-        return ("creating" if actual in ("", "created") else "starting"), actual or "loading"
+        return ("running" if wants_on else "stopping"), actual
+    if actual in ("", "created"):
+        return ("creating" if wants_on else "off"), actual or "provisioning"
+    if actual in ("loading", "rebooting"):
+        return ("starting" if wants_on else "stopping"), actual
+    if actual in ("stopped", "frozen"):  # frozen: paused, the GPU still billed
+        return ("starting" if wants_on else "off"), actual
+    if actual in _DEAD:
+        if not wants_on:
+            return "off", actual
+        msg = _text(row.get("status_msg"), 200)
+        return "failed", f"{actual}: {msg}" if msg else actual
     return "unknown", actual

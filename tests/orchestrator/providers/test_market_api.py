@@ -52,7 +52,7 @@ def test_vast_search_sends_the_filters_and_keeps_only_offers_that_meet_them_chea
     assert (method, path, headers["Authorization"]) == ("POST", "/api/v0/bundles/", "Bearer k")
     q = json.loads(body)
     assert q["gpu_name"] == {"eq": "RTX 4090"} and q["num_gpus"] == {"eq": 1} and q["dph_total"] == {"lte": 0.6}
-    assert q["disk_space"] == {"gte": 50} and q["reliability2"] == {"gte": 0.95} and q["rentable"] == {"eq": True}
+    assert q["disk_space"] == {"gte": 50} and q["reliability"] == {"gte": 0.95} and q["rentable"] == {"eq": True}
     assert q["order"] == [["dph_total", "asc"]] and "k" not in path
 
 
@@ -69,7 +69,7 @@ def test_vast_an_incomplete_or_hostile_endpoint_is_an_error_never_a_guess(api: d
 
 @pytest.mark.parametrize(("actual", "intended", "state"), [
     ("running", "running", "running"), ("running", "stopped", "stopping"), ("exited", "stopped", "off"),
-    ("loading", "running", "starting"), (None, "running", "creating"), ("exited", "running", "starting"),
+    ("loading", "running", "starting"), (None, "running", "creating"), ("exited", "running", "failed"),
     ("offline", "stopped", "off"),
 ])
 def test_vast_states_are_read_from_what_runs_and_what_was_asked(api: dict[str, Any], actual: str | None,
@@ -129,7 +129,7 @@ def test_vast_create_rents_the_offer_with_ssh_and_attaches_the_key_to_the_instan
     vast = Vast("k", api["url"])
     assert vast.create(OFFER, "pytorch/pytorch", 60, "orch-g", "ssh-ed25519 AAAA x") == "81"
     assert json.loads(api["seen"][-1][3]) == {"client_id": "me", "image": "pytorch/pytorch", "disk": 60,
-                                              "label": "orch-g", "runtype": "ssh", "env": {}}
+                                              "label": "orch-g", "runtype": "ssh_proxy", "env": {}}
     vast.authorize_key("81", "ssh-ed25519 AAAA x")
     assert api["seen"][-1][:2] == ("POST", "/api/v0/instances/81/ssh/")
     assert json.loads(api["seen"][-1][3]) == {"ssh_key": "ssh-ed25519 AAAA x"}

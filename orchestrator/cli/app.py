@@ -7,7 +7,8 @@ registry — ``orch status`` of finished jobs — loads none of rich, pydantic o
 The terminal's side of the flows several commands share lives here too, so that no command
 module imports another: following a job (``follow``: the progress bar, Ctrl-C, ``--notify``)
 over ``jobs/follow.py``, a new job's report (``report_new_job``), and a watch over
-``fetch/watch.py`` (``watch``).
+``fetch/watch.py`` (``watch``; Ctrl-C's words for a watch: ``stopped_watching``). The flows
+themselves are library code; nothing here decides more than what is printed and the exit code.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -135,15 +136,20 @@ class App:
         """``orch fetch --watch`` (``fetch/watch.py``): rounds until the job ends; what moved
         and the job's end said, the summary line on stdout; returns its final status. Ctrl-C
         stops watching (exit 130) and leaves the job running."""
-        from orchestrator.fetch.watch import watch_to_end
+        from orchestrator.fetch.watch import StoppedWatching, watch_to_end
 
         try:
             return watch_to_end(record, self.inventory, self.registry, dest, say=self.say, echo=click.echo,
                                 extra=extra, everything=everything, interval=interval,
                                 keep_checkpoints=keep_checkpoints, ended=self.job_ended)
-        except KeyboardInterrupt:
-            self.say(f"stopped watching; {record.job_id} keeps running (orch fetch {record.job_id} --watch)")
-            raise SystemExit(130) from None
+        except StoppedWatching as stopped:
+            self.stopped_watching(stopped.job_id)
+
+    def stopped_watching(self, job_id: str) -> NoReturn:
+        """Ctrl-C during a watch (``fetch/watch.py``: ``StoppedWatching``): said, exit 130; the
+        job keeps running."""
+        self.say(f"stopped watching; {job_id} keeps running (orch fetch {job_id} --watch)")
+        raise SystemExit(130) from None
 
 
 pass_app = click.make_pass_decorator(App, ensure=True)

@@ -8,18 +8,15 @@ from pathlib import Path
 
 import click
 
-from orchestrator import trace
-from orchestrator.access.power import power_off_after, power_on_first
+from orchestrator.access.power import power_on_first
 from orchestrator.ask import confirm
-from orchestrator.checks.laptop import laptop_report
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import SweepIncomplete, UsageError
 from orchestrator.fetch import DEFAULT_INTERVAL_S
-from orchestrator.jobs.submit import submit
+from orchestrator.jobs.submit import checked_submit
 from orchestrator.plan.build import plan_text
 from orchestrator.spec.load import LoadedSpec, load_spec
 from orchestrator.sweep.expand import Axis, axes_of, expand
-from orchestrator.sync.selection import Chosen
 
 
 @click.command("submit")
@@ -107,13 +104,9 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
             raise UsageError(f"{flag} {what}: give --sweep KEY=V1,V2 or a sweep: block in the job file")
     if overrides:
         loaded = expand(loaded, [], overrides, None)[0].loaded
-    chosen = Chosen(loaded.workspace_dir, loaded.spec.workspace.exclude)  # one walk: the checks' and the sync's
-    for warning in laptop_report(loaded, chosen):  # the same checks as `orch check`, before connecting
-        app.say(f"warning: {warning}")
-    trace.mark("spec", f"{spec_file} read and checked")
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
-        done = submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
-                      pull_remote_edits=pull_remote_edits, keep=connections if follow else None, chosen=chosen)
+        done = checked_submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
+                              pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
         plan = done.plan
         if dry_run and as_json:  # the plan with what would be synced and what the ignore rules leave out
             app.json({"dry_run": True, "plan": plan.model_dump(mode="json"), "selection": done.selection})
@@ -124,29 +117,23 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                 click.echo(f"# {plan.job_dir}/slurm.sh, submitted with sbatch on {plan.nodes[0].host}:")
                 click.echo(plan.slurm["script"], nl=False)
             return
-        result = {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
-                  "state": "pending", "sync": done.sync_summary,
-                  "excluded": done.selection["excluded"] if done.selection else None}
-        if not watch:
-            app.report_new_job(plan.job_id, result, follow, as_json, done.remotes)
-            return
-        from orchestrator.fetch.watch import Watch  # only with --watch: a plain submit starts without it
+        result = done.as_json()
 
-        if follow:  # the watch's rounds in a thread while the log streams, the final fetch after it
-            watcher = Watch(app.registry.get(plan.job_id), app.inventory, app.registry, Path("runs"), app.say,
-                            extra=["checkpoints/"], interval=watch_interval, keep_checkpoints=keep_checkpoints)
-            try:
-                with watcher.alongside():
-                    app.report_new_job(plan.job_id, result, follow, as_json, done.remotes)
-            except SystemExit:  # the job ended, not succeeded: powered off all the same
-                power_off_after(app.inventory, loaded, app.say)
-                raise
-            power_off_after(app.inventory, loaded, app.say)
+        def report(following: bool) -> None:
+            app.report_new_job(plan.job_id, result, following, as_json, done.remotes)
+
+        if not watch:
+            report(follow)
             return
-        app.report_new_job(plan.job_id, result, False, as_json, done.remotes)
-    status = app.watch(app.registry.get(plan.job_id), Path("runs"), ["checkpoints/"], False, watch_interval,
-                       keep_checkpoints)
-    if status.get("state") != "succeeded":
+        from orchestrator.fetch.watch import StoppedWatching, watch_new_job  # a plain submit starts without it
+
+        try:
+            status = watch_new_job(plan.job_id, loaded, app.inventory, app.registry, Path("runs"), follow=follow,
+                                   report=report, say=app.say, echo=click.echo, interval=watch_interval,
+                                   keep_checkpoints=keep_checkpoints, ended=app.job_ended)
+        except StoppedWatching as stopped:
+            app.stopped_watching(stopped.job_id)
+    if status is not None and status.get("state") != "succeeded":  # None: followed, report said how it ended
         raise SystemExit(1)
 
 

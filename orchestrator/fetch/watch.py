@@ -21,8 +21,10 @@ finds it from any directory). Contracts:
 
 ``alongside`` runs the rounds in a background thread while ``orch submit --follow`` streams
 the log, then does the final fetch in the caller's thread. ``watch_to_end`` is the whole of
-``orch fetch --watch`` (and ``submit --watch``) without a terminal: what it says goes through
-its callbacks.
+``orch fetch --watch`` without a terminal: what it says goes through its callbacks.
+``watch_new_job`` is ``orch submit --watch``'s: a new job reported (and followed, the watch
+alongside) by a callback, watched to its end, its provider hosts powered off after a followed
+one (``on_finish.power_off``).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator.access.connect import open_transport
+from orchestrator.access.power import power_off_after
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
 from orchestrator.fetch import DEFAULT_INTERVAL_S, kit, unfetched
@@ -50,6 +53,9 @@ from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import final_line
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import SETTLED
+
+if TYPE_CHECKING:
+    from orchestrator.spec.load import LoadedSpec
 
 QUIET_BELOW_MB = 1.0  # a round moving less (a log's and the metrics' new lines) is not announced
 SMALL_ROUND = re.compile(r"^fetching \d+ file\(s\), ([0-9.]+) MB from ")
@@ -276,23 +282,70 @@ def watch_to_end(record: JobRecord, inventory: Inventory, registry: Registry, de
     pattern selected (or why nothing was) and the job's end line; ``echo`` the one summary
     line (``describe``). ``ended(job_id, status)`` is called once the job ended, before a
     ``LocalFileError`` (exit 2) naming files this laptop cannot hold under their names (the
-    rest is fetched). Ctrl-C is not caught: the job keeps running and the caller is told by
-    ``KeyboardInterrupt``."""
+    rest is fetched). Ctrl-C stops the watch, never the job: ``StoppedWatching`` (a
+    ``KeyboardInterrupt``) tells the caller."""
     watch = Watch(record, inventory, registry, dest, say, extra=list(extra or []), everything=everything,
                   interval=interval, keep_checkpoints=keep_checkpoints)
-    say(f"watching {record.job_id} every {interval:g} s into {dest / record.job_id}"
-        + ("" if keep_checkpoints else " (checkpoints the server deletes are removed here too)"))
-    status = watch.run()
-    assert status is not None  # run() without a stop event returns only when the job has settled
-    note = watch.nothing_note()
-    if note:
-        say(note)
-    for line in watch.unfetched_lines() if not note else []:
-        say(line)
-    echo(watch.describe())
-    say(final_line(record.job_id, status))
-    if ended is not None:
-        ended(record.job_id, status)
+    try:
+        say(f"watching {record.job_id} every {interval:g} s into {dest / record.job_id}"
+            + ("" if keep_checkpoints else " (checkpoints the server deletes are removed here too)"))
+        status = watch.run()
+        assert status is not None  # run() without a stop event returns only when the job has settled
+        note = watch.nothing_note()
+        if note:
+            say(note)
+        for line in watch.unfetched_lines() if not note else []:
+            say(line)
+        echo(watch.describe())
+        say(final_line(record.job_id, status))
+        if ended is not None:
+            ended(record.job_id, status)
+    except KeyboardInterrupt:
+        raise StoppedWatching(record.job_id) from None
     if watch.last is not None and watch.last.unwritable:
         raise unwritable_error(watch.last)
     return status
+
+
+class StoppedWatching(KeyboardInterrupt):
+    """Ctrl-C stopped a watch (``watch_to_end``); the job ``job_id`` keeps running. A
+    ``KeyboardInterrupt``, so no ``except Exception`` swallows it."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
+def watch_new_job(job_id: str, loaded: LoadedSpec, inventory: Inventory, registry: Registry, dest: Path, *,
+                  follow: bool, report: Callable[[bool], None], say: Callable[[str], None],
+                  echo: Callable[[str], None], interval: float = DEFAULT_INTERVAL_S, keep_checkpoints: bool = False,
+                  ended: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
+    """``orch submit --watch``: the job just submitted (``loaded`` its job file) watched into
+    ``dest/<job_id>/``, its checkpoints included, until it ends. ``report(follow)`` is the
+    caller's end of a submit: it says the new job and, with ``follow``, first follows its log
+    to the end; it may raise ``SystemExit`` (a followed job that did not succeed; 130, an
+    interrupted follow).
+
+    With ``follow``: the watch's rounds run in a background thread while ``report(True)``
+    runs, then the final fetch here (``Watch.alongside``; none after a 130), then the job's
+    provider hosts are powered off when its file says ``on_finish.power_off``
+    (``power_off_after``) — also when ``report`` raised ``SystemExit``, whatever its code,
+    which is raised again after. Returns None: ``report`` said how the job ended.
+
+    Without: ``report(False)``, then the whole watch in this thread (``watch_to_end``; ``say``,
+    ``echo`` and ``ended`` as there, ``StoppedWatching`` on Ctrl-C). Returns the job's final
+    status; nothing is powered off."""
+    if not follow:
+        report(False)
+        return watch_to_end(registry.get(job_id), inventory, registry, dest, say=say, echo=echo,
+                            extra=["checkpoints/"], interval=interval, keep_checkpoints=keep_checkpoints, ended=ended)
+    watcher = Watch(registry.get(job_id), inventory, registry, dest, say, extra=["checkpoints/"], interval=interval,
+                    keep_checkpoints=keep_checkpoints)
+    try:
+        with watcher.alongside():
+            report(True)
+    except SystemExit:  # a followed job that did not succeed, or an interrupted follow: powered off all the same
+        power_off_after(inventory, loaded, say)
+        raise
+    power_off_after(inventory, loaded, say)
+    return None

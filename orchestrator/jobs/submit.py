@@ -1,5 +1,6 @@
 """Submit one job, or run an earlier one again: a batch of one through the submit sequence
-(``pipeline.py``).
+(``pipeline.py``). ``checked_submit`` is ``orch submit``'s and the Python API's: ``orch
+check``'s laptop checks first, then ``submit``.
 
 ``submit`` never starts a job twice: the job id is reserved in the registry under a
 submission key before anything is sent, a rerun of an interrupted submit reuses it, and the
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 from orchestrator import trace
 from orchestrator.access.connect import ask_on_tty
+from orchestrator.checks.laptop import laptop_report
 from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Inventory
@@ -39,11 +41,36 @@ from orchestrator.sync import selection
 
 @dataclass(frozen=True)
 class Submitted:
+    """What a submit did: the job's plan, what the sync moved, the warnings said with the plan."""
+
     plan: Plan
     sync_summary: dict[str, Any] | None
     warnings: list[str]
     remotes: dict[str, Remote] = field(default_factory=dict)  # by host name, open while ``keep`` is
     selection: dict[str, Any] | None = None  # files, bytes, and what the ignore rules left out (excluded.Summary)
+
+    def as_json(self) -> dict[str, Any]:
+        """The new job as ``orch submit --json`` prints it (before a follow adds how it ended)
+        and the Python API's ``Job`` holds it: its id, hosts and folder, ``pending``, what the
+        sync moved and what the ignore rules left out."""
+        plan = self.plan
+        return {"job_id": plan.job_id, "hosts": [n.host for n in plan.nodes], "job_dir": plan.job_dir,
+                "state": "pending", "sync": self.sync_summary,
+                "excluded": self.selection["excluded"] if self.selection else None}
+
+
+def checked_submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say,
+                   dry_run: bool = False, force: bool = False, pull_remote_edits: bool = False,
+                   trust: Callable[[str], bool] = ask_on_tty, keep: ExitStack | None = None) -> Submitted:
+    """``orch check``'s laptop checks (``checks/laptop.py``: ``laptop_report``, its errors
+    raised before anything connects, each warning said as ``warning: ...``), then ``submit``
+    on the same walk of the workspace: the submit of ``orch submit`` and the Python API."""
+    chosen = selection.Chosen(loaded.workspace_dir, loaded.spec.workspace.exclude)  # one walk: checks and sync
+    for warning in laptop_report(loaded, chosen):
+        say(f"warning: {warning}")
+    trace.mark("spec", f"{loaded.where or loaded.path} read and checked")
+    return submit(loaded, inventory, registry, say=say, dry_run=dry_run, force=force,
+                  pull_remote_edits=pull_remote_edits, trust=trust, keep=keep, chosen=chosen)
 
 
 def submit(loaded: LoadedSpec, inventory: Inventory, registry: Registry, *, say: Say, dry_run: bool = False,

@@ -46,28 +46,14 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     for warning in warnings:
         app.say(f"warning: {warning}")
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
-    notes = launcher_notes(loaded.spec, Path(loaded.workspace_dir), loaded.spec.launch.nnodes or len(hosts))
+    notes = launchers.launcher_notes(loaded.spec, launchconfig.counted(loaded.spec, Path(loaded.workspace_dir)),
+                                     loaded.spec.launch.nnodes or len(hosts))
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
     for note in notes:
         click.echo(textwrap.fill(note, width=78, initial_indent="  ", subsequent_indent="    "))
     if remote:
         preflight_hosts(resolved, app.inventory, Needs.of(loaded.spec),
                         lambda host, rows: app.out.print(table(host, rows)))  # exit 4 on a blocker
-
-
-def launcher_notes(spec: JobSpec, workspace: Path, nnodes: int) -> list[str]:
-    """What orch does with a launcher the command starts with (``UsageError``, exit 2, when
-    job.yaml's ``launch.launcher`` contradicts it): which counts win, which flags it replaces."""
-    cmd = launchers.for_spec(spec)
-    if cmd is None:
-        return []
-    lines = [f"{cmd.launcher}: orch runs it once per node with the job's topology (--dry-run shows the argv)"]
-    lines += [f"{cmd.launcher}: {note}" for note in launchers.notes(cmd, spec.launch.nproc_per_node, nnodes)]
-    counted = launchconfig.counted(spec, workspace)
-    if counted is not spec:
-        lines.append(f"{cmd.launcher}: {counted.launch.nproc_per_node} process(es) per node, from num_processes in "
-                     f"{launchers.config_file(spec)} (launch.nproc_per_node is auto)")
-    return lines
 
 
 @click.command("schema")

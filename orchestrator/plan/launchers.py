@@ -307,6 +307,24 @@ def notes(cmd: Command, nproc_in_spec: int | str, nnodes: int) -> list[str]:
     return out
 
 
+def launcher_notes(spec: JobSpec, counted: JobSpec, nnodes: int) -> list[str]:
+    """What ``orch check`` says of the launcher ``launch.command`` starts with: that orch runs it
+    once per node, which of its flags and counts orch replaces (``notes``), and the processes
+    per node its accelerate config file gives. ``counted``: ``spec`` itself, or ``spec`` with
+    that file's count (``with_config``; ``jobs/launchconfig.py`` reads the file). Empty for the
+    built-in trainer or a plain command; ``UsageError`` (exit 2) when ``launch.launcher``
+    contradicts the command."""
+    cmd = for_spec(spec)
+    if cmd is None:
+        return []
+    lines = [f"{cmd.launcher}: orch runs it once per node with the job's topology (--dry-run shows the argv)"]
+    lines += [f"{cmd.launcher}: {note}" for note in notes(cmd, spec.launch.nproc_per_node, nnodes)]
+    if counted is not spec:
+        lines.append(f"{cmd.launcher}: {counted.launch.nproc_per_node} process(es) per node, from num_processes in "
+                     f"{config_file(spec)} (launch.nproc_per_node is auto)")
+    return lines
+
+
 def for_spec(spec: JobSpec) -> Command | None:
     """``launch.command`` as the launcher's that orch runs once per node, or None (the built-in
     trainer; a plain command, run directly or under orch's torchrun)."""

@@ -2,8 +2,9 @@
 that proves a box answers (``login``), the provider's price kept in the entry
 (``remember_price``), a job's hosts that are off powered on before its submit after a yes
 (``power_on_first``) and off after a watched job with ``on_finish.power_off``
-(``power_off_after``), and a running one made ready for the system ssh and VSCode
-(``ready_for_system_ssh``).
+(``power_off_after``), a running one made ready for the system ssh and VSCode
+(``ready_for_system_ssh``), and what ``orch hosts check`` says of one before the checks on the
+box (``instance_ready``).
 
 Nothing here asks a person or prints: questions go through a ``confirm`` callback (None: no
 one to ask), progress through ``say``. Without a yes nothing is powered on (billing starts).
@@ -125,6 +126,29 @@ def power_off_after(inventory: Inventory, loaded: LoadedSpec, say: Callable[[str
         say(f"on_finish.power_off: powering {host.name} off")
         bring_down(host, say)
         say(f"{host.name}: off")
+
+
+RELEASE_WARN_DAYS = 3  # a powered-off instance its provider releases sooner is warned about
+
+
+def instance_ready(host: Host, say: Callable[[str], None]) -> bool:
+    """A provider host's instance as its provider reports it now (``facts``, its errors raised):
+    its state and price said, a warning when the provider releases it (its data disk with it)
+    in under ``RELEASE_WARN_DAYS`` days; true when it is running, so that the checks on the box
+    can follow, else said how to power it on."""
+    from orchestrator.access.provisioned import facts
+
+    row = facts(host, strict=True)
+    say(f"{host.name}: {row['provider']} instance {row['instance']} is {row['state']}" +
+        (f", {row['price_per_hour']:g} {row['currency']}/h" if row.get("price_per_hour") is not None else ""))
+    left = row.get("release_in_days")
+    if isinstance(left, float) and left < RELEASE_WARN_DAYS:
+        say(f"warning: {host.name}: {row['provider']} releases this powered-off instance in {left:.1f} days "
+            f"(its data disk with it): power it on before then (`orch up {host.name}`)")
+    if row["state"] != "running":
+        say(f"{host.name}: the checks on the box need it on: orch up {host.name}")
+        return False
+    return True
 
 
 def ready_for_system_ssh(inventory: Inventory, host: Host, say: Callable[[str], None]) -> Host:

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
-from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.access import keys
-from orchestrator.access.connect import ask_on_tty, open_transport
+from orchestrator.access import enroll
+from orchestrator.access.power import instance_ready
 from orchestrator.checks.preflight import Needs, preflight_hosts
 from orchestrator.checks.verdict import table
 from orchestrator.cli.app import App, pass_app
-from orchestrator.errors import HostError, HostKeyError, NotSaved, OrchError, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.helper.remote import Remote
-from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef, parse_ssh_command
+from orchestrator.hosts import entry
+from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host
 from orchestrator.providers.registry import NAMES as PROVIDER_NAMES
 from orchestrator.providers.registry import PRESETS
 from orchestrator.spec.model import ENV_KEY_RE
-from orchestrator.testhooks import pause
-from orchestrator.transport.base import CommandFailed, never
+from orchestrator.transport.base import Transport
 
 
 @click.group("hosts")
@@ -30,48 +30,15 @@ def hosts_group() -> None:
     """Manage the host inventory (`local` is built in)."""
 
 
-def _trust(app: App, host: Host, *, save: bool) -> Host:
-    """Connect, accept the offered key, run ``hello`` (installs the helper: proves the python
-    and the root work) and return ``host`` with the key pinned. ``save``: the key goes into the
-    inventory entry as soon as the connection is made (``hosts trust``); otherwise it is only
-    in the returned copy (``hosts add`` saves the whole entry once every step worked)."""
-    shown: list[str] = []
-    pinned: list[str] = []
-
-    def accept(fingerprint: str) -> bool:
-        shown.append(fingerprint)
-        return True
-
-    def said_key() -> None:
-        app.say(f"{host.name}: pinned host key {shown[0]}" if shown else
-                f"{host.name}: host key matches the pinned one")
-
-    with open_transport(host, app.inventory, accept, None if save else pinned.append) as transport:
-        if save:
-            said_key()
-        hello = Remote(host, transport).call("hello")
-    if not save:
-        said_key()
-    app.say(f"{host.name}: python {hello.get('python_version')} at {hello.get('python')}, root {hello.get('root')}")
-    if pinned:
-        return host.model_copy(update={"host_key": pinned[0]})
-    return app.inventory.get(host.name) if save else host
+def _hello(host: Host, transport: Transport) -> dict[str, Any]:
+    """The helper's hello on ``transport`` (it installs the helper first): what ``hosts
+    add --trust`` and ``hosts trust`` prove a host with (``access/enroll.py``)."""
+    return Remote(host, transport).call("hello")
 
 
-def _kept_key(app: App, old: Host, new: Host, keep_key: bool, trust: bool) -> str | None:
-    """Re-adding a host keeps its pinned key when the address is the same; after a move
-    (a new port after an AutoDL restart) only when the user confirms or passes --keep-key."""
-    if (old.address, old.port) == (new.address, new.port) or keep_key:
-        return old.host_key
-    if sys.stdin.isatty() and click.confirm(
-        f"{old.name} moved from {old.address}:{old.port} to {new.address}:{new.port}. "
-        "Keep requiring the same host key (yes for a restarted instance)?", default=True, err=True
-    ):
-        return old.host_key
-    app.say(f"{old.name}: the pinned host key was dropped (the address changed); " +
-            ("--trust pins the one the server offers now" if trust else
-             f"pin the new one with `orch hosts trust {old.name}` or pass --keep-key"))
-    return None
+def _confirm_kept(question: str) -> bool:
+    """Asked at a terminal only (yes by default): keep a moved host's pinned key?"""
+    return sys.stdin.isatty() and click.confirm(question, default=True, err=True)
 
 
 @hosts_group.command("add")
@@ -135,101 +102,27 @@ def add_cmd(app: App, name: str, ssh_command: str | None, provider: str | None, 
         raise UsageError("`local` is built in")
     if password_env is not None and not ENV_KEY_RE.match(password_env):
         raise UsageError(f"--password-env wants a variable NAME (like AUTODL_PW), got {password_env!r}")
-    fields = _where(ssh_command, provider, instance, token_env, api_url, password_env, install_key)
+    fields = entry.address(ssh_command, provider, instance, token_env, api_url, password_env, install_key)
     env_pairs = [item.partition("=") for item in slurm_env]
     if any(not sep or not ENV_KEY_RE.match(k) for k, sep, _ in env_pairs):
         raise UsageError(f"--slurm-env wants NAME=VALUE (like SLURM_CONF=/etc/slurm/lab.conf), got {slurm_env!r}")
     if identity:
         fields["identity_file"] = identity
-    preset_root = next((PRESETS[p].root for p in presets if PRESETS[p].root), None)
     old = app.inventory.get(name) if (app.inventory.dir / f"{name}.json").is_file() else None
-    try:
-        host = Host(name=name, password_env=password_env, root=root or preset_root or DEFAULT_ROOT,
-                    python=python or "python3", presets=list(presets), price_per_hour=price_per_hour,
-                    idle_shutdown_minutes=idle_shutdown_minutes, scheduler=scheduler, partition=partition,
-                    account=account, qos=qos, slurm_env={k: v for k, _, v in env_pairs},
-                    **fields)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        message = str(error["msg"]).removeprefix("Value error, ")
-        raise UsageError(f"invalid host: {where + ': ' if where else ''}{message}") from None
+    host = entry.new_entry(name, root=root, python=python, presets=presets, password_env=password_env,
+                           price_per_hour=price_per_hour, idle_shutdown_minutes=idle_shutdown_minutes,
+                           scheduler=scheduler, partition=partition, account=account, qos=qos,
+                           slurm_env={k: v for k, _, v in env_pairs}, **fields)
     if old is not None and old.host_key:
-        host = host.model_copy(update={"host_key": _kept_key(app, old, host, keep_key, trust)})
+        host = host.model_copy(update={"host_key": enroll.kept_key(old, host, keep_key=keep_key, pin=trust,
+                                                                   confirm=_confirm_kept, say=app.say)})
     if trust or install_key:
-        host = _verify(app, host, old is not None, trust, install_key, key)
+        host = enroll.verify(host, app.inventory, app.say, had_entry=old is not None, pin=trust,
+                             install_key=install_key, key=key, hello=_hello)
     app.inventory.save(host)
     app.say(f"saved {name}: {host.target}, root {host.root}" + (" (Slurm login node)" if host.slurm else ""))
     if host.host_key is None:
         app.say(f"its host key is not pinned yet: orch hosts trust {name}")
-
-
-def _where(ssh_command: str | None, provider: str | None, instance: str | None, token_env: str | None,
-           api_url: str | None, password_env: str | None, install_key: bool) -> dict[str, object]:
-    """The entry's address fields: from --ssh, or a provider reference (docs/providers.md)."""
-    if (ssh_command is None) == (provider is None):
-        raise UsageError("give either --ssh \"ssh -p PORT user@host\" or --provider NAME --instance ID --token-env VAR")
-    if provider is None:
-        if instance or token_env or api_url:
-            raise UsageError("--instance, --token-env and --api-url go with --provider")
-        return parse_ssh_command(ssh_command or "")
-    if not instance or not token_env:
-        raise UsageError(f"--provider {provider} needs --instance ID and --token-env VAR (the variable's name)")
-    if password_env or install_key:
-        raise UsageError("a provider host's password comes from the provider: drop --password-env / --install-key")
-    if not ENV_KEY_RE.match(token_env):
-        raise UsageError(f"--token-env wants a variable NAME (like AUTODL_TOKEN), got {token_env!r}")
-    try:
-        return {"provider": ProviderRef(name=provider, instance=instance, token_env=token_env,  # type: ignore[arg-type]
-                                        api_url=api_url)}
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise UsageError(f"invalid --{str(error['loc'][0]).replace('_', '-')}: {error['msg']}") from None
-
-
-def _verify(app: App, host: Host, had_entry: bool, trust: bool, install_key: bool, key: Path | None) -> Host:
-    """The connecting steps of ``hosts add`` on an entry that is not saved yet: pin the key
-    (--trust), install the public key (--install-key). Any failure — unreachable, refused login,
-    a different host key, an unwritable root, Ctrl-C — leaves the inventory as it was
-    (``NotSaved`` keeps the cause's exit code)."""
-    try:
-        if trust:
-            host = _trust(app, host, save=False)
-        if install_key:
-            host = _install_key(app, host, key)
-        pause("hosts-add-unsaved")
-    except OrchError as exc:
-        hint = None
-        if isinstance(exc, HostKeyError) and host.host_key is None:
-            hint = f"to pin the key while adding the host, add --trust to `orch hosts add {host.name}`"
-        raise NotSaved(exc, host.name, had_entry, hint) from None
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        app.say(f"{host.name} was not " + ("updated: its previous entry is unchanged" if had_entry else "saved"))
-        raise
-    return host
-
-
-def _install_key(app: App, host: Host, key: Path | None) -> Host:
-    """Password login once → key appended remotely → key-only login verified → ``host`` with
-    ``identity_file`` and without ``password_env`` (the caller saves it). Saves nothing."""
-    private, public_line = keys.choose_key(key, app.say)
-    pinned: list[str] = []
-    with open_transport(host, None, ask_on_tty, pinned.append) as transport:
-        done = keys.install_key(transport, host, public_line)
-    if pinned:
-        host = host.model_copy(update={"host_key": pinned[0]})
-    app.say(f"{host.name}: key {private} {'was already' if done == 'present' else 'is now'} in ~/.ssh/authorized_keys")
-    keyed = host.model_copy(update={"identity_file": str(private), "password_env": None})
-    try:
-        with open_transport(keyed, None, never) as transport:
-            result = transport.run(["true"], timeout=60)
-    except HostError as exc:
-        raise HostError(f"the key was installed, but a login with it alone failed (drop --install-key to keep "
-                        f"using ${host.password_env}).\n{exc}") from None
-    if not result.ok:
-        raise CommandFailed(result, "a test command over the key login")
-    app.say(f"{host.name}: logged in with the key alone; the password is no longer used")
-    return keyed
 
 
 @hosts_group.command("trust")
@@ -249,7 +142,7 @@ def trust_cmd(app: App, name: str, replace: bool) -> None:
     if replace and host.host_key:
         host = host.model_copy(update={"host_key": None})
         app.inventory.save(host)
-    _trust(app, host, save=True)
+    enroll.trust(host, app.inventory, app.say, save=True, hello=_hello)
 
 
 @hosts_group.command("check")
@@ -264,30 +157,9 @@ def check_cmd(app: App, name: str) -> None:
       orch hosts check box
     """
     host = app.inventory.get(name)
-    if host.provider is not None and not _provider_check(app, host):
+    if host.provider is not None and not instance_ready(host, app.say):  # its state, price, release said
         return
     preflight_hosts([host], app.inventory, Needs(), lambda host, rows: app.out.print(table(host, rows)))
-
-
-RELEASE_WARN_DAYS = 3
-
-
-def _provider_check(app: App, host: Host) -> bool:
-    """A provider host's state, price and days until release (a warning under 3 days);
-    true when it is running, so that the preflight can follow."""
-    from orchestrator.access.provisioned import facts
-
-    row = facts(host, strict=True)
-    app.say(f"{host.name}: {row['provider']} instance {row['instance']} is {row['state']}" +
-            (f", {row['price_per_hour']:g} {row['currency']}/h" if row.get("price_per_hour") is not None else ""))
-    left = row.get("release_in_days")
-    if isinstance(left, float) and left < RELEASE_WARN_DAYS:
-        app.say(f"warning: {host.name}: {row['provider']} releases this powered-off instance in {left:.1f} days "
-                f"(its data disk with it): power it on before then (`orch up {host.name}`)")
-    if row["state"] != "running":
-        app.say(f"{host.name}: the checks on the box need it on: orch up {host.name}")
-        return False
-    return True
 
 
 @hosts_group.command("ls")

@@ -5,7 +5,9 @@ never kept (``Host.live``); such a host never goes through a connection holder (
 outlive the credentials). ``bring_up`` waits until SSH really answers, re-reading the
 credentials on each try (``running`` comes before sshd accepts connections, and a power cycle
 may change the port and password); ``bring_down`` waits until the provider says the instance is
-off. Host keys stay pinned per entry: a different key after a reschedule is refused by
+off. An instance its provider reports as failed (vast: the container's process exited, the host
+went offline) for ``DEAD_GRACE_S`` ends the wait with the provider's words and the way on. Host
+keys stay pinned per entry: a different key after a reschedule is refused by
 ``orchestrator/transport/ssh.py`` with both fingerprints and the command that accepts it.
 """
 
@@ -17,8 +19,12 @@ from typing import Callable
 from orchestrator import settings
 from orchestrator.errors import HostError, HostKeyError, OrchError
 from orchestrator.hosts.inventory import Host
-from orchestrator.providers.api import Instance, power_on_retrying
+from orchestrator.providers.api import Instance, ProviderError, power_on_retrying
 from orchestrator.providers.open import provider_of
+
+# How long a failed state must last before orch stops waiting: right after a power-on a provider
+# may still report the old dead container for a few seconds (vast's ``exited``).
+DEAD_GRACE_S = 20.0
 
 
 def up_timeout_s() -> float:
@@ -48,7 +54,8 @@ def bring_up(host: Host, say: Callable[[str], None], probe: Callable[[Host], Non
     """Power ``host`` on when it is off (out of stock: bounded retries, said) and wait until
     ``probe(live_host)`` — an SSH login — succeeds, re-reading state and credentials before
     each try. Returns the live host. ``HostError`` after ``ORCH_UP_TIMEOUT_S`` (600 s); a
-    different host key is raised at once."""
+    different host key is raised at once; a state the provider calls failed for
+    ``DEAD_GRACE_S`` is ``ProviderError`` (exit 4) naming it and ``orch release``/``orch up``."""
     assert host.provider is not None
     provider, instance = provider_of(host), host.provider.instance
     state, status = provider.state(instance)
@@ -59,8 +66,14 @@ def bring_up(host: Host, say: Callable[[str], None], probe: Callable[[Host], Non
         raise HostError(f"{host.name}: the {provider.name} instance {instance} is {status or state}; "
                         "it cannot be powered on now")
     deadline, wait, last = time.monotonic() + up_timeout_s(), 1.0, "it was not running yet"
+    dead_since: float | None = None
     while True:
         state, status = provider.state(instance)
+        dead_since = (dead_since or time.monotonic()) if state == "failed" else None
+        if dead_since is not None and time.monotonic() - dead_since >= DEAD_GRACE_S:
+            raise ProviderError(provider.name, "up", f"{host.name}: instance {instance} failed while starting "
+                                f"({status or state}); waiting will not bring it up. `orch release {host.name}` "
+                                f"gives it back (it may be billing until then), `orch up {host.name}` tries again")
         if state == "running":
             try:
                 live = connectable(host)
@@ -75,7 +88,7 @@ def bring_up(host: Host, say: Callable[[str], None], probe: Callable[[Host], Non
         if time.monotonic() > deadline:
             raise HostError(f"{host.name}: SSH did not answer within {up_timeout_s():g} s after power-on ({last})")
         time.sleep(wait)
-        wait = min(wait * 1.5, 10.0)
+        wait = min(wait * 1.5, 10.0 if dead_since is None else 5.0)
 
 
 def bring_down(host: Host, say: Callable[[str], None]) -> None:

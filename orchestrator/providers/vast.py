@@ -61,7 +61,9 @@ class Vast(Marketplace):
             answer = (self.http_v1 if v1 else self.http).request(method, path, call, body=body, query=query)
         except ProviderError as exc:
             if exc.status == 404 and any(word in exc.message.lower() for word in _AUTH_WORDS):
-                raise ProviderAuthError(self.name, call, f"the key was refused ({exc.message})", status=404) from None
+                said, _, words = exc.message.partition(": ")
+                raise ProviderAuthError(self.name, call, f"the token was refused ({said})" + (f": {words}" if words
+                                                                                              else ""), status=404) from None
             raise
         if isinstance(answer, dict) and answer.get("success") is False:
             msg = str(answer.get("msg") or answer.get("error") or "refused")[:300]

@@ -8,8 +8,7 @@ What it serves (and nothing else: another path is 404, another method on a known
 ignores others), ``PUT /api/v0/asks/{id}/`` (fields outside the official client's create body
 refused), ``GET|PUT|DELETE /api/v0/instances/{id}/``, ``POST /api/v0/instances/{id}/ssh/``,
 ``GET /api/v1/instances/`` (paged, ``limit`` 1..25, ``next_token``), the retiring
-``GET /api/v0/instances/`` (answers 410 once ``retire_v0_list`` is called) and
-``GET /api/v0/users/current/``. A wrong key gets HTTP 404 ``auth_error`` (issue 37's report).
+``GET /api/v0/instances/`` and ``GET /api/v0/users/current/``. A wrong key gets HTTP 404 ``auth_error`` (issue 37's report).
 
 A new instance is provisioning (``actual_status`` null), then ``loading``, then ``running``. An
 instance rented with ``runtype`` ``ssh_direc ...`` on an offer with open ports gets direct SSH
@@ -20,8 +19,8 @@ instance still holds its GPU and bills). Test-only calls under ``/standin/`` (no
 ``ledger``; ``create_fault`` (``{"status": 502}``: the next create rents the instance and then
 answers that error); ``console_create`` (``{"label": L}``: an instance rented in vast's web
 console, not by orch; its id in ``created``); ``exit_on_start`` (``{"status_msg": M}``: the next
-instance to start exits instead, its container's process dead, with that message);
-``retire_v0_list``; ``proxied`` (connections through each instance's proxy).
+instance to start exits instead, its container's process dead, with that message); every
+answer of theirs carries ``proxied`` (connections through each instance's proxy).
 """
 
 from __future__ import annotations
@@ -133,7 +132,6 @@ class VastStandin(StandinServer):
         self.proxied: dict[str, int] = {}
         self.create_fault: int | None = None
         self.exit_msg: str | None = None
-        self.v0_list_retired = False
         self.credit = 25.0
         self.user_prefix = user_prefix
         self.ids = itertools.count(81000001)
@@ -295,9 +293,7 @@ class VastStandin(StandinServer):
                      "total_instances": len(rows)}
 
     def _list_v0(self) -> tuple[int, Any]:
-        """The retiring list (vast.ai/developers/api: GET /api/v0/instances/); 410 once retired."""
-        if self.v0_list_retired:
-            return 410, {"success": False, "error": "gone", "msg": "This endpoint has been retired; use /api/v1/instances/."}
+        """The retiring list (vast.ai/developers/api: GET /api/v0/instances/)."""
         return 200, {"instances": [self._row(b) for b in self.boxes.values() if b.status != "destroyed"]}
 
     def _set_state(self, box: Box, args: dict[str, Any]) -> tuple[int, Any]:
@@ -360,8 +356,6 @@ class VastStandin(StandinServer):
             found["created"] = self._rent(offer, str(args.get("label", "from the web console")), False).id
         elif action == "exit_on_start":
             self.exit_msg = str(args.get("status_msg", "Error response from daemon: container exited (stand-in)"))
-        elif action == "retire_v0_list":
-            self.v0_list_retired = True
         counts = {**self.proxied}
         for box_id, proxy in self.proxies.items():
             counts[box_id] = counts.get(box_id, 0) + proxy.count

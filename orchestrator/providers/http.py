@@ -73,8 +73,11 @@ def _words(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     try:
         parsed = json.loads(text)
-        if isinstance(parsed, dict):
-            text = str(parsed.get("msg") or parsed.get("error") or parsed.get("message") or text)
+        if isinstance(parsed, dict):  # vast: msg/error; RFC 9457 problem (RunPod v2): detail, errors
+            text = str(parsed.get("msg") or parsed.get("error") or parsed.get("message") or parsed.get("detail")
+                       or text)
+            if isinstance(parsed.get("errors"), list) and parsed["errors"]:
+                text += " (" + "; ".join(str(e) for e in parsed["errors"][:5]) + ")"
     except ValueError:
         pass
     return f": {text[:300]}" if text else ""

@@ -1,43 +1,46 @@
-"""RunPod through its REST API (``rest.runpod.io/v1``) and, for prices, its GraphQL API
-(docs/providers.md cites every call used).
+"""RunPod through its REST API v2 (``api.runpod.io/v2``) and, for the account balance only, its
+GraphQL API (docs/providers.md cites the source of every call and field).
 
-The REST API has pods (create, get, start, stop, delete) but no GPU prices or stock, so
-``search`` asks GraphQL's ``gpuTypes { lowestPrice }`` once per search: one offer per GPU type
-and cloud (secure, community) that has stock. The API key goes in ``Authorization: Bearer KEY``
-on both (never in the URL, although RunPod's own clients put it there for GraphQL). A pod is
-created with port ``22/tcp`` on a public IP and orch's public key in its ``PUBLIC_KEY``
-variable, which RunPod's images put in ``authorized_keys``; its SSH endpoint is ``publicIp`` and
-``portMappings["22"]``, user root. A stopped pod keeps only its volume (``/workspace``); its
-container disk is wiped, so orch's root on a RunPod host is ``/workspace/orch``. Prices are USD
-per hour. ``--api-url URL`` serves both: REST under ``URL/v1``, GraphQL at ``URL/graphql``.
+REST v1 (``rest.runpod.io/v1``) is retired (RunPod's "Migrate from API v1" guide); v2 has
+everything orch needs but the balance: the catalog (``GET /catalog/gpus``: per-GPU prices and
+stock, per cloud), pods (create, get, list, ``action`` start/stop, delete). The API key goes in
+``Authorization: Bearer KEY`` on both (never in a URL). A pod is created with ``22/tcp``
+published and orch's public key in its ``PUBLIC_KEY`` variable, which RunPod's images put in
+``authorized_keys``; its SSH endpoint is ``ssh.direct`` (else the ``runtime.ports`` entry whose
+``private`` port is 22), never ``ssh.proxy`` (an interactive shell only: no rsync). A stopped
+pod keeps only its persistent mount (``/workspace``); its container disk is wiped, so orch's root
+on a RunPod host is ``/workspace/orch``. Prices are USD per hour. ``--api-url URL`` serves both:
+REST under ``URL/v2``, GraphQL at ``URL/graphql``.
 """
 
 from __future__ import annotations
 
 import re
+import time
+import urllib.parse
+from datetime import datetime
 from typing import Any
 
-from orchestrator.providers.api import (Marketplace, Offer, OutOfStock, ProviderAuthError, ProviderError, State,
-                                        Wanted)
+from orchestrator.providers.api import (Balance, CreateUncertain, Instance, Marketplace, Offer, OutOfStock,
+                                        ProviderAuthError, ProviderError, State, Wanted)
 from orchestrator.providers.http import JsonClient
 
-REST_URL = "https://rest.runpod.io/v1"
+REST_URL = "https://api.runpod.io/v2"
 GRAPHQL_URL = "https://api.runpod.io/graphql"
 ROOT = "/workspace/orch"
+CONTAINER_DISK_GB = 20
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9 ._()-]{1,80}$")
 _STOCK_WORDS = ("not enough free gpu", "no longer any instances available", "no instances available",
                 "out of stock", "insufficient capacity")
-STATES: dict[str, State] = {"RUNNING": "running", "EXITED": "off", "TERMINATED": "released",
-                            "CREATED": "creating", "RESTARTING": "starting"}
-
-PRICES = """query OrchPrices($n: Int!) {
-  gpuTypes {
-    id displayName memoryInGb secureCloud communityCloud
-    secure: lowestPrice(input: {gpuCount: $n, secureCloud: true}) { uninterruptablePrice stockStatus }
-    community: lowestPrice(input: {gpuCount: $n, secureCloud: false}) { uninterruptablePrice stockStatus }
-  }
-}"""
+CLOUDS = ("SECURE", "COMMUNITY")
+# v2 PodStatus, every documented value (openapi.json components.schemas.PodStatus)
+STATES: dict[str, State] = {"PROVISIONING": "creating", "STARTING": "starting", "RUNNING": "running",
+                            "EXITED": "off", "ERROR": "failed", "TERMINATED": "released"}
+# how far a pod's createdAt may lie before the create request and still be that request's pod
+# (the two clocks differ); an older pod of the same name is someone else's
+_CLOCK_SLACK_S = 600.0
+BALANCE_QUERY = "query OrchBalance { myself { clientBalance } }"
 
 
 class RunPod(Marketplace):
@@ -51,61 +54,70 @@ class RunPod(Marketplace):
     def __init__(self, token: str, api_url: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"}
         base = api_url.rstrip("/") if api_url else None
-        self.rest = JsonClient(self.name, f"{base}/v1" if base else REST_URL, headers)
+        self.rest = JsonClient(self.name, f"{base}/v2" if base else REST_URL, headers)
         self.graphql = JsonClient(self.name, f"{base}/graphql" if base else GRAPHQL_URL, headers)
 
     def search(self, wanted: Wanted) -> list[Offer]:
-        """GraphQL ``gpuTypes``: for each GPU type that matches, the lowest on-demand price of
-        ``count`` GPUs in each cloud with stock, under ``max_price``, cheapest first. RunPod
-        reports no reliability and sizes the disk at creation: those filters do not apply
-        (``min_reliability`` of 0.99 or more keeps the secure cloud only)."""
-        answer = self.graphql.request("POST", "", "search", body={"query": PRICES, "variables": {"n": wanted.count}})
-        types = _graphql_data(answer, "search").get("gpuTypes")
-        if not isinstance(types, list):
-            raise ProviderError(self.name, "search", "answer has no gpuTypes list")
+        """``GET /catalog/gpus?include=AVAILABILITY&product=POD&count=N&cloud=C`` once per cloud
+        (stock is reported for one cloud at a time): one offer per GPU type and cloud whose
+        availability is not ``NONE``, the catalog's per-GPU price times ``count``, under
+        ``max_price``, cheapest first. RunPod reports no reliability and sizes the disk at
+        creation: those filters do not apply (``min_reliability`` of 0.99 or more keeps the
+        secure cloud only)."""
         offers: list[Offer] = []
-        for row in types:
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not _GPU_TYPE.match(row["id"]):
+        for cloud in CLOUDS:
+            if cloud == "COMMUNITY" and (wanted.min_reliability or 0) >= 0.99:
                 continue
-            name = str(row.get("displayName") or row["id"])[:60]
-            if not wanted.gpu_matches(row["id"], name):
-                continue
-            for cloud in ("secure", "community"):
-                if cloud == "community" and (wanted.min_reliability or 0) >= 0.99:
-                    continue
-                price = row.get(cloud)
-                each = price.get("uninterruptablePrice") if isinstance(price, dict) else None
-                if not isinstance(each, (int, float)) or each <= 0 or not price.get("stockStatus"):
-                    continue
-                total = round(float(each) * wanted.count, 4)  # lowestPrice is per GPU
-                if wanted.max_price is not None and total > wanted.max_price:
-                    continue
-                memory = row.get("memoryInGb")
-                offers.append(Offer(provider=self.name, id=f"{row['id']} ({cloud})", gpu=name, count=wanted.count,
-                                    price_per_hour=total, where=f"{cloud} cloud, stock {price['stockStatus']}"[:40],
-                                    gpu_memory_gb=float(memory) if isinstance(memory, (int, float)) else None,
-                                    ref=(("gpu_type", row["id"]), ("cloud", cloud.upper()))))
+            answer = self.rest.request("GET", "/catalog/gpus", "search", query={
+                "include": "AVAILABILITY", "product": "POD", "count": str(wanted.count), "cloud": cloud})
+            gpus = answer.get("gpus") if isinstance(answer, dict) else None
+            if not isinstance(gpus, list):
+                raise ProviderError(self.name, "search", "answer has no gpus list")
+            offers += [o for o in (_offer(row, cloud, wanted) for row in gpus) if o is not None]
         return sorted(offers, key=lambda o: o.price_per_hour)
 
     def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
-        """``POST /pods`` once: the new pod's id. ``disk_gb`` is the volume at ``/workspace``
-        (kept while stopped); the container disk is RunPod's default 20 GB."""
+        """``POST /pods`` once: the new pod's id. ``disk_gb`` is the persistent mount at
+        ``/workspace`` (kept while stopped); the container disk is 20 GB. A create that failed
+        ambiguously (a timeout, HTTP 5xx) may still have made a billing pod: the pods are
+        listed and one named ``label``, created since the request, is taken as the new pod
+        (it is what was asked for, and ``orch release`` then removes it); with none or several,
+        ``CreateUncertain`` says what it found."""
         ref = dict(offer.ref)
-        body = {"name": label, "imageName": image, "gpuTypeIds": [ref.get("gpu_type", offer.gpu)],
-                "gpuCount": offer.count, "cloudType": ref.get("cloud", "SECURE"), "containerDiskInGb": 20,
-                "volumeInGb": disk_gb, "volumeMountPath": "/workspace", "ports": ["22/tcp"],
-                "supportPublicIp": True, "env": {"PUBLIC_KEY": public_key}}
-        answer = self.create_once("create", lambda: self.rest.request("POST", "/pods", "create", body=body))
+        body = {"name": label, "image": image, "cloud": ref.get("cloud", "SECURE"),
+                "gpu": {"id": ref.get("gpu_type", offer.gpu), "count": offer.count},
+                "disk": CONTAINER_DISK_GB, "mounts": {"persistent": {"size": disk_gb, "path": "/workspace"}},
+                "ports": ["22/tcp"], "env": {"PUBLIC_KEY": public_key}}
+        started = time.time()
+        try:
+            answer = self.create_once("create", lambda: self.rest.request("POST", "/pods", "create", body=body))
+        except CreateUncertain as exc:
+            return self._made_anyway(exc, label, started)
         pod_id = answer.get("id") if isinstance(answer, dict) else None
         if not (isinstance(pod_id, str) and _ID.match(pod_id)):
             raise ProviderError(self.name, "create", "the answer names no new pod (id); look at your pods "
                                 f"({self.console}) before trying again")
         return pod_id
 
+    def _made_anyway(self, uncertain: CreateUncertain, label: str, started: float) -> str:
+        """The pod an ambiguous create made, found by its name; else ``uncertain`` raised with
+        what the lookup found."""
+        try:
+            pods = self._pods()
+        except ProviderError as exc:
+            raise CreateUncertain(self.name, "create", f"{uncertain.message} (looking for a pod named {label} "
+                                  f"failed too: {exc.message})") from None
+        made = [p["id"] for p in pods if p.get("name") == label and _made_since(p, started)]
+        if len(made) == 1:
+            return made[0]
+        found = (f"pods named {label}: {', '.join(made)}; release the ones you do not want" if made
+                 else f"no pod named {label} is listed now")
+        raise CreateUncertain(self.name, "create", f"{uncertain.message} ({found})")
+
     def row(self, instance_id: str) -> dict[str, Any] | None:
         """``GET /pods/{id}``; None when RunPod no longer knows it (404)."""
         try:
-            answer = self.rest.request("GET", f"/pods/{instance_id}", self.call)
+            answer = self.rest.request("GET", _pod_path(instance_id), self.call)
         except ProviderError as exc:
             if exc.status == 404:
                 return None
@@ -118,27 +130,136 @@ class RunPod(Marketplace):
         return _state(row)
 
     def row_price(self, row: dict[str, Any]) -> object:
-        return row.get("costPerHr")
+        """``cost``: USD per hour now (0 while stopped)."""
+        return _number(row.get("cost"))
 
     def row_ssh(self, row: dict[str, Any]) -> tuple[object, object]:
-        """``publicIp`` and ``portMappings["22"]``: the public port of the pod's sshd."""
-        ports = row.get("portMappings")
-        return row.get("publicIp"), ports.get("22") if isinstance(ports, dict) else None
+        return _direct_ssh(row)
+
+    def instances(self) -> list[Instance]:
+        """``GET /pods?includeClusterPods=true``: every pod the account holds (instant-cluster
+        members too: they bill), deleted ones excepted."""
+        found = []
+        for pod in self._pods():
+            state, status = _state(pod)
+            if state == "released":
+                continue
+            gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
+            kind, count = str(gpu.get("id") or "")[:60], gpu.get("count")
+            price = _number(pod.get("cost"))
+            found.append(Instance(id=pod["id"], state=state, status=status, currency="USD",
+                                  price_per_hour=round(price, 4) if price is not None else None,
+                                  label=str(pod.get("name") or "")[:80],
+                                  gpu=f"{count}x {kind}" if kind and isinstance(count, int) else kind,
+                                  created_at=_time(pod.get("createdAt"))))
+        return found
+
+    def _pods(self) -> list[dict[str, Any]]:
+        """The list ``GET /pods`` answers: pods with a well-formed id only."""
+        answer = self.rest.request("GET", "/pods", "list", query={"includeClusterPods": "true"})
+        pods = answer.get("pods") if isinstance(answer, dict) else None
+        if not isinstance(pods, list):
+            raise ProviderError(self.name, "list", "answer has no pods list")
+        return [p for p in pods if isinstance(p, dict) and isinstance(p.get("id"), str) and _ID.match(p["id"])]
+
+    def balance(self) -> Balance | None:
+        """GraphQL ``myself { clientBalance }`` (USD): REST v2 has no account route."""
+        answer = self.graphql.request("POST", "", "balance", body={"query": BALANCE_QUERY})
+        myself = _graphql_data(answer, "balance").get("myself")
+        amount = _number(myself.get("clientBalance")) if isinstance(myself, dict) else None
+        if amount is None:
+            raise ProviderError(self.name, "balance", "answer holds no clientBalance")
+        return Balance(amount=round(amount, 4), currency="USD")
 
     def power_on(self, instance_id: str) -> None:
         try:
-            self.rest.request("POST", f"/pods/{instance_id}/start", "start")
+            self._action(instance_id, "start")
         except ProviderError as exc:
             if not isinstance(exc, ProviderAuthError) and any(w in exc.message.lower() for w in _STOCK_WORDS):
                 raise OutOfStock(self.name, "start", exc.message) from None
             raise
 
     def power_off(self, instance_id: str) -> None:
-        self.rest.request("POST", f"/pods/{instance_id}/stop", "stop")
+        self._action(instance_id, "stop")
+
+    def _action(self, instance_id: str, action: str) -> None:
+        """``POST /pods/{id}/action {"action": ...}``."""
+        self.rest.request("POST", f"{_pod_path(instance_id)}/action", action, body={"action": action})
 
     def release(self, instance_id: str) -> None:
-        """``DELETE /pods/{id}``: the pod and its volume are gone, in any state."""
-        self.rest.request("DELETE", f"/pods/{instance_id}", "delete")
+        """``DELETE /pods/{id}``: the pod and its persistent mount are gone, in any state."""
+        self.rest.request("DELETE", _pod_path(instance_id), "delete")
+
+
+def _offer(row: object, cloud: str, wanted: Wanted) -> Offer | None:
+    """One catalog row as an offer in ``cloud``; None when it does not match or has no stock."""
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not _GPU_TYPE.match(row["id"]):
+        return None
+    name = str(row.get("name") or row["id"])[:60]
+    key = cloud.lower()
+    prices, most = row.get("price"), row.get("maxCount")
+    each = _number(prices.get(key)) if isinstance(prices, dict) else None
+    stock = row.get("availability")
+    if (not wanted.gpu_matches(row["id"], name) or row.get(key) is not True or each is None or each <= 0
+            or stock not in ("LOW", "MEDIUM", "HIGH")):
+        return None
+    if isinstance(most, dict) and isinstance(most.get(key), int) and most[key] < wanted.count:
+        return None
+    total = round(each * wanted.count, 4)  # the catalog's price is for one GPU
+    if wanted.max_price is not None and total > wanted.max_price:
+        return None
+    memory = _number(row.get("memory"))
+    return Offer(provider=RunPod.name, id=f"{row['id']} ({key})", gpu=name, count=wanted.count,
+                 price_per_hour=total, where=f"{key} cloud, stock {stock.lower()}",
+                 gpu_memory_gb=memory, ref=(("gpu_type", row["id"]), ("cloud", cloud)))
+
+
+def _number(value: object) -> float | None:
+    """A price or amount as RunPod writes it: a JSON number, or a numeric string; None else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"\d{1,9}(\.\d{1,9})?", value.strip()):
+        return float(value)
+    return None
+
+
+def _pod_path(instance_id: str) -> str:
+    return "/pods/" + urllib.parse.quote(instance_id, safe="")
+
+
+def _time(value: object) -> datetime | None:
+    """An RFC 3339 time (``2026-06-01T12:00:00Z``); None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value[:40].replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _made_since(pod: dict[str, Any], started: float) -> bool:
+    """Whether ``pod`` may have been made by a request sent at ``started`` (not deleted, and
+    created no earlier than that, give or take the clocks' difference)."""
+    created = _time(pod.get("createdAt"))
+    fresh = created is None or created.tzinfo is None or created.timestamp() >= started - _CLOCK_SLACK_S
+    return pod.get("status") != "TERMINATED" and fresh
+
+
+def _direct_ssh(pod: dict[str, Any]) -> tuple[object, object]:
+    """``ssh.direct``'s host and port; else the ``runtime.ports`` entry with ``private`` 22 over
+    tcp (its ``ip`` and ``public``); (None, None) while there is neither."""
+    ssh = pod.get("ssh")
+    direct = ssh.get("direct") if isinstance(ssh, dict) else None
+    if isinstance(direct, dict):
+        return direct.get("host"), direct.get("port")
+    runtime = pod.get("runtime")
+    ports = runtime.get("ports") if isinstance(runtime, dict) else None
+    for port in ports if isinstance(ports, list) else []:
+        if isinstance(port, dict) and port.get("private") == 22 and port.get("type") == "tcp":
+            return port.get("ip"), port.get("public")
+    return None, None
 
 
 def _graphql_data(answer: object, call: str) -> dict[str, Any]:
@@ -159,11 +280,9 @@ def _graphql_data(answer: object, call: str) -> dict[str, Any]:
 
 
 def _state(pod: dict[str, Any]) -> tuple[State, str]:
-    """``desiredStatus`` in orch's words; a running pod without its SSH port yet is starting."""
-    status = str(pod.get("desiredStatus") or "")[:40]
+    """``status`` in orch's words; a running pod without its SSH endpoint yet is starting."""
+    status = str(pod.get("status") or "")[:40]
     state = STATES.get(status, "unknown")
-    if state == "running":
-        ports = pod.get("portMappings")
-        if not pod.get("publicIp") or not (isinstance(ports, dict) and ports.get("22")):
-            return "starting", status
+    if state == "running" and _direct_ssh(pod) == (None, None):
+        return "starting", status
     return state, status

@@ -1,7 +1,8 @@
-"""The vast.ai and RunPod adapters against a local HTTP server that answers what a test says
-(real HTTP; no sshd): the key in a Bearer header only, offers filtered and ordered, odd or
-hostile fields refused, states mapped, a create sent once whatever happens, the provider's own
-words in every error, and the token read from the variable or else the OS keyring."""
+"""The vast.ai adapter against a local HTTP server that answers what a test says (real HTTP; no
+sshd): the key in a Bearer header only, offers filtered and ordered, odd or hostile fields
+refused, states mapped, a create sent once whatever happens, the provider's own words in every
+error; and the token both marketplaces read from the variable or else the OS keyring. RunPod's
+adapter: test_runpod_api.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from orchestrator.errors import UsageError
 from orchestrator.providers.api import (CreateUncertain, Offer, OutOfStock, ProviderAuthError, ProviderError,
                                         ProviderUnreachable, Wanted)
 from orchestrator.providers.open import open_named
-from orchestrator.providers.runpod import RunPod
 from orchestrator.providers.vast import Vast
 from tests.support.orch import dead_port
 
@@ -133,92 +133,6 @@ def test_vast_create_rents_the_offer_with_ssh_and_attaches_the_key_to_the_instan
     vast.authorize_key("81", "ssh-ed25519 AAAA x")
     assert api["seen"][-1][:2] == ("POST", "/api/v0/instances/81/ssh/")
     assert json.loads(api["seen"][-1][3]) == {"ssh_key": "ssh-ed25519 AAAA x"}
-
-
-GPU_TYPES = {"data": {"gpuTypes": [
-    {"id": "NVIDIA GeForce RTX 4090", "displayName": "RTX 4090", "memoryInGb": 24,
-     "secure": {"uninterruptablePrice": 0.69, "stockStatus": "High"},
-     "community": {"uninterruptablePrice": 0.34, "stockStatus": "Low"}},
-    {"id": "NVIDIA GeForce RTX 4090 D", "displayName": "RTX 4090 D", "memoryInGb": 24,
-     "secure": {"uninterruptablePrice": 0.2, "stockStatus": None}, "community": None},
-    {"id": "NVIDIA A100 80GB PCIe", "displayName": "A100 PCIe", "memoryInGb": 80,
-     "secure": {"uninterruptablePrice": 1.64, "stockStatus": "High"}, "community": None},
-    {"id": "bad\nname", "displayName": "RTX 4090", "secure": {"uninterruptablePrice": 0.01, "stockStatus": "High"}},
-]}}
-
-
-def test_runpod_search_asks_graphql_for_prices_with_stock_per_cloud_and_count(api: dict[str, Any]) -> None:
-    api["answer"] = answer(GPU_TYPES)
-    runpod = RunPod("k", api["url"])
-    offers = runpod.search(Wanted(gpu="rtx-4090", count=2))
-    assert [(o.id, o.price_per_hour) for o in offers] == [("NVIDIA GeForce RTX 4090 (community)", 0.68),
-                                                         ("NVIDIA GeForce RTX 4090 (secure)", 1.38)]
-    method, path, headers, body = api["seen"][-1]
-    assert (method, path, headers["Authorization"]) == ("POST", "/graphql", "Bearer k")
-    assert json.loads(body)["variables"] == {"n": 2} and "lowestPrice" in json.loads(body)["query"]
-    secure = runpod.search(Wanted(gpu="RTX 4090", min_reliability=0.99, max_price=1.0))
-    assert [o.price_per_hour for o in secure] == [0.69]
-    assert runpod.search(Wanted(gpu="RTX 4090", max_price=0.3)) == []
-
-
-def test_runpod_graphql_errors_and_a_refused_key_carry_runpods_words(api: dict[str, Any]) -> None:
-    api["answer"] = answer({"errors": [{"message": "Something went wrong"}]})
-    with pytest.raises(ProviderError, match="runpod search: Something went wrong"):
-        RunPod("k", api["url"]).search(Wanted(gpu="A100"))
-    api["answer"] = answer({"error": "invalid api key", "status": 401}, status=401)
-    with pytest.raises(ProviderAuthError, match=r"runpod pod: the token was refused \(HTTP 401\): invalid api key"):
-        RunPod("k", api["url"]).state("p1")
-
-
-def test_runpod_create_opens_ssh_on_a_public_ip_with_the_key_and_is_sent_once(api: dict[str, Any]) -> None:
-    offer = Offer(provider="runpod", id="x", gpu="RTX 4090", count=2, price_per_hour=0.68,
-                  ref=(("gpu_type", "NVIDIA GeForce RTX 4090"), ("cloud", "COMMUNITY")))
-    api["answer"] = answer({"id": "pod123", "desiredStatus": "RUNNING"}, status=201)
-    assert RunPod("k", api["url"]).create(offer, "runpod/pytorch", 50, "orch-g", "ssh-ed25519 AAAA x") == "pod123"
-    method, path, _, body = api["seen"][-1]
-    assert (method, path) == ("POST", "/v1/pods")
-    sent = json.loads(body)
-    assert sent["gpuTypeIds"] == ["NVIDIA GeForce RTX 4090"] and sent["gpuCount"] == 2
-    assert sent["cloudType"] == "COMMUNITY" and sent["ports"] == ["22/tcp"] and sent["supportPublicIp"] is True
-    assert sent["env"] == {"PUBLIC_KEY": "ssh-ed25519 AAAA x"} and sent["volumeInGb"] == 50
-    api["answer"] = answer({"error": "internal"}, status=500)
-    before = len(api["seen"])
-    with pytest.raises(CreateUncertain, match="console.runpod.io/pods"):
-        RunPod("k", api["url"]).create(offer, "runpod/pytorch", 50, "orch-g", "ssh-ed25519 AAAA x")
-    assert len(api["seen"]) - before == 1
-
-
-@pytest.mark.parametrize(("pod", "state", "endpoint"), [
-    ({"desiredStatus": "RUNNING", "publicIp": "203.0.113.9", "portMappings": {"22": 40123}, "costPerHr": 0.69},
-     "running", ("203.0.113.9", 40123)),
-    ({"desiredStatus": "RUNNING", "publicIp": None, "portMappings": {}}, "starting", None),
-    ({"desiredStatus": "RUNNING", "publicIp": "203.0.113.9 ; x", "portMappings": {"22": 40123}}, "running", None),
-    ({"desiredStatus": "EXITED", "costPerHr": 0.69}, "off", None),
-    ({"desiredStatus": "TERMINATED"}, "released", None),
-])
-def test_runpod_state_and_endpoint_come_from_the_pod(api: dict[str, Any], pod: dict[str, Any], state: str,
-                                                     endpoint: tuple[str, int] | None) -> None:
-    api["answer"] = answer({"id": "p1", **pod})
-    runpod = RunPod("k", api["url"])
-    assert runpod.state("p1")[0] == state and api["seen"][-1][1] == "/v1/pods/p1"
-    if endpoint is None:
-        with pytest.raises(ProviderError, match="runpod pod: no SSH endpoint yet"):
-            runpod.endpoint("p1")
-    else:
-        end = runpod.endpoint("p1")
-        assert (end.address, end.port, end.user, end.password) == (*endpoint, None, None)
-
-
-def test_runpod_a_deleted_pod_is_released_and_a_start_without_gpus_is_out_of_stock(api: dict[str, Any]) -> None:
-    api["answer"] = answer({"error": "pod not found", "status": 404}, status=404)
-    assert RunPod("k", api["url"]).instance("p1").state == "released"
-    api["answer"] = answer({"error": "There are not enough free GPUs on the host machine to start this pod."},
-                           status=400)
-    with pytest.raises(OutOfStock, match="runpod start: HTTP 400: There are not enough free GPUs"):
-        RunPod("k", api["url"]).power_on("p1")
-    api["answer"] = answer(None, status=204)
-    RunPod("k", api["url"]).release("p1")
-    assert api["seen"][-1][:2] == ("DELETE", "/v1/pods/p1")
 
 
 def test_the_token_comes_from_the_variable_else_the_keyring_and_neither_is_exit_2(

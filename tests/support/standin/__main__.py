@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         extra["offers"] = [{k: o[k] for k in ("id", "gpu_name", "num_gpus", "dph_total")} for o in OFFERS]
     else:
         standin = RunPodStandin(workdir, token)
-        extra["gpu_types"] = [{"id": g["id"], "prices": g["prices"]} for g in GPU_TYPES]
+        extra["gpu_types"] = [{"id": g["id"], "price": g["price"]} for g in GPU_TYPES]
     url = standin.start(args.port)
     print(json.dumps({"url": url, "token": standin.token, "instances": standin.describe(), **extra}), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop its sshd instances on a plain kill too

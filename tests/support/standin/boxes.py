@@ -147,12 +147,14 @@ def later(seconds: float, then: Any, *args: Any) -> None:
 
 @dataclass
 class Request:
-    """One API call as a stand-in's ``route`` sees it."""
+    """One API call as a stand-in's ``route`` sees it: ``args`` the query and a JSON object
+    body merged, ``body`` the parsed JSON body as sent (None without one)."""
 
     method: str
     path: str
     args: dict[str, Any]
     headers: dict[str, str]
+    body: Any = None
 
 
 class StandinServer:
@@ -212,7 +214,7 @@ class StandinServer:
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         url = urllib.parse.urlsplit(req.path)
         args: dict[str, Any] = dict(urllib.parse.parse_qsl(url.query))
-        length = int(req.headers.get("Content-Length") or 0)
+        length, body = int(req.headers.get("Content-Length") or 0), None
         if length:
             try:
                 body = json.loads(req.rfile.read(length))
@@ -225,8 +227,8 @@ class StandinServer:
                                          "ledger": self.ledger(), "instances": self.describe(),
                                          "calls": list(self.calls)})
         self.calls.append(f"{req.command} {url.path}")
-        status, body = self.route(Request(req.command, url.path, args, dict(req.headers)))
-        self.reply(req, status, body)
+        status, answer = self.route(Request(req.command, url.path, args, dict(req.headers), body))
+        self.reply(req, status, answer)
 
     @staticmethod
     def reply(req: BaseHTTPRequestHandler, status: int, body: Any) -> None:

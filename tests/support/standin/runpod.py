@@ -1,42 +1,89 @@
-"""A stand-in for RunPod's REST API (``/v1/pods``) and the GraphQL ``gpuTypes`` prices (the
-paths, fields and errors ``orchestrator/providers/runpod.py`` uses), whose pods are real sshd
-processes on loopback (``boxes.py``), one login user each, reached with the key in the pod's
-``PUBLIC_KEY``.
+"""A stand-in for RunPod's REST API v2 (``/v2``: the catalog, pods and their actions) and the one
+GraphQL query orch sends (``myself { clientBalance }``), whose pods are real sshd processes on
+loopback (``boxes.py``), one login user each, reached with the key in the pod's ``PUBLIC_KEY``.
 
-A new or started pod is ``RUNNING`` before its ``publicIp``/``portMappings`` appear (sshd on a
-new port at every start); a stopped pod is ``EXITED``; a deleted one is unknown (404). The
-ledger bills running seconds at the pod's ``costPerHr`` (the GPU type's price times the count;
-a stopped pod's volume is not billed here, and its container disk is not wiped). A wrong key
-gets HTTP 401. Test-only calls under ``/standin/`` (no key): ``ledger``, ``stock``
-(``{"refusals": N}``: that many starts refused for want of free GPUs).
+Sources, cited per answer below as [S] (RunPod's v2 OpenAPI schema,
+github.com/runpod/docs ``api-reference-v2/openapi.json``, the same file RunPod serves at
+``https://api.runpod.io/v2/openapi.json``), [M] (docs.runpod.io "Migrate from API v1",
+``api-reference-v2/migrate-from-v1.mdx``), [K] (RunPod's ``runpod-migrate`` skill,
+github.com/runpod/runpod-plugins-official ``plugins/runpod/skills/runpod-migrate/reference/
+breaking-changes.md``, "checked against the live API") and [C] (runpodctl
+``internal/api/gpu.go`` ``GetUser``: GraphQL ``myself { clientBalance }``).
+
+A new pod is ``PROVISIONING`` until its sshd runs (a new port at every start), then
+``RUNNING`` with ``ssh.direct`` and ``runtime.ports``; a stopped pod is ``EXITED`` (cost 0); a
+deleted one is gone from the list and 404. The ledger bills from create (or start) to stop or
+delete at the pod's ``cost`` (the catalog's per-GPU price times the count). Request bodies are
+checked as RunPod's schema says (``unevaluatedProperties: false``: an unknown field is a 422
+naming it). Test-only calls under ``/standin/`` (no key): ``ledger``, ``stock``
+(``{"refusals": N}``: that many starts refused for want of free GPUs), ``create_fault``
+(``{"status": 500}``: the next create makes the pod and then answers that error, the ambiguous
+failure), ``fail_boots`` (``{"count": N}``: that many starts end with the container failed,
+``ERROR``, no sshd: [S] PodStatus "unrecoverable error state").
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from tests.support.standin.boxes import Box, Request, StandinServer, boot, halt, later, new_box, serve, wipe
 
+# One catalog row per GPU type, in [S] GpuType's shape (``price`` per GPU per hour, per cloud;
+# ``secure``/``community``: offered in that cloud); ``stock`` is the stand-in's own: the
+# availability [S] AvailabilityLevel it reports per cloud, NONE where it has none.
 GPU_TYPES: list[dict[str, Any]] = [
-    {"id": "NVIDIA GeForce RTX 4090", "displayName": "RTX 4090", "memoryInGb": 24, "secureCloud": True,
-     "communityCloud": True, "prices": {"secure": 0.69, "community": 0.34}},
-    {"id": "NVIDIA A100 80GB PCIe", "displayName": "A100 PCIe", "memoryInGb": 80, "secureCloud": True,
-     "communityCloud": False, "prices": {"secure": 1.64, "community": None}},
-    {"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb": 80, "secureCloud": True,
-     "communityCloud": True, "prices": {"secure": None, "community": None}},  # no stock anywhere
+    {"id": "NVIDIA GeForce RTX 4090", "name": "RTX 4090", "pool": "ADA_24", "manufacturer": "NVIDIA",
+     "memory": 24, "secure": True, "community": True, "price": {"secure": 0.69, "community": 0.34},
+     "maxCount": {"secure": 8, "community": 4}, "stock": {"secure": "HIGH", "community": "LOW"}},
+    {"id": "NVIDIA A100 80GB PCIe", "name": "A100 PCIe", "pool": "AMPERE_80", "manufacturer": "NVIDIA",
+     "memory": 80, "secure": True, "community": False, "price": {"secure": 1.64, "community": 0},
+     "maxCount": {"secure": 8, "community": 0}, "stock": {"secure": "MEDIUM", "community": "NONE"}},
+    {"id": "NVIDIA H100 80GB HBM3", "name": "H100 SXM", "pool": "HOPPER_141", "manufacturer": "NVIDIA",
+     "memory": 80, "secure": True, "community": True, "price": {"secure": 2.69, "community": 2.39},
+     "maxCount": {"secure": 8, "community": 8}, "stock": {"secure": "NONE", "community": "NONE"}},  # none anywhere
 ]
+DATA_CENTER = {"id": "US-KS-2", "name": "US Kansas 2"}  # [S] the examples' data center
+# [K] "Reading a 422" / Class 3: the capacity refusal's words, as observed live
+NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again."
+# [S] CreatePodRequest (with ContainerConfig and BaseContainerConfig): every property it has
+CREATE_FIELDS = {"args", "disk", "env", "image", "ports", "registry", "name", "cloud", "cpu", "dataCenterIds",
+                 "globalNetworking", "gpu", "mounts", "startJupyter", "startSsh", "templateId"}
+GPU_FIELDS = {"id", "count", "allowedCudaVersions", "minCudaVersion"}  # [S] CreateGpuConfig
+# [S] podAction's description: which actions each status allows
+ACTIONS = {"PROVISIONING": ["stop", "terminate"], "STARTING": ["stop", "terminate"],
+           "RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"],
+           "ERROR": ["start", "terminate"]}
+
+
+def problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> tuple[int, Any]:
+    """[S] ErrorResponse / [M] "RFC 9457 error objects": ``title``, ``status``, ``detail``,
+    ``errors`` (validation failures) when there are any."""
+    return status, {"title": title, "status": status, "detail": detail, **({"errors": errors} if errors else {})}
+
+
+def invalid(errors: list[str]) -> tuple[int, Any]:
+    """[S] UnprocessableEntityError; the ``errors`` wording as [K] "Class 1" quotes the live API
+    (``$: additional properties 'X' not allowed``, ``$: missing property 'X'``; a nested field's
+    path, ``$.gpu``, is the stand-in's own guess)."""
+    return problem(422, "Unprocessable Entity", "Request validation failed.", errors)
 
 
 class RunPodStandin(StandinServer):
-    """``start()`` serves on 127.0.0.1: REST under ``/v1``, GraphQL at ``/graphql``."""
+    """``start()`` serves on 127.0.0.1: REST under ``/v2``, GraphQL at ``/graphql``."""
 
-    def __init__(self, workdir: Path, token: str, boot_delay_s: float = 0.5, user_prefix: str = "orchsr") -> None:
+    def __init__(self, workdir: Path, token: str, boot_delay_s: float = 0.5, user_prefix: str = "orchsr",
+                 balance: float = 25.5) -> None:
         super().__init__(workdir, token, boot_delay_s)
         self.out_of_stock = 0
-        self.pods: dict[str, dict[str, Any]] = {}  # what create was asked, per pod id
+        self.create_fault: int | None = None
+        self.fail_boots = 0
+        self.balance = balance
+        self.pods: dict[str, dict[str, Any]] = {}  # the create body, per pod id
+        self.created: dict[str, str] = {}  # createdAt, per pod id
         self.user_prefix = user_prefix
 
     def next_user(self) -> str:
@@ -44,105 +91,176 @@ class RunPodStandin(StandinServer):
         return f"{self.user_prefix}{len(self.boxes)}"
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"id": b.id, "desiredStatus": b.status, "user": b.user} for b in self.boxes.values()]
+        return [{"id": b.id, "status": b.status, "user": b.user} for b in self.boxes.values()]
 
     def route(self, req: Request) -> tuple[int, Any]:
-        if req.headers.get("Authorization") != f"Bearer {self.token}":
-            if req.path == "/graphql":
+        auth = req.headers.get("Authorization")
+        if auth != f"Bearer {self.token}":
+            if req.path == "/graphql":  # unverified: GraphQL's answer to a bad key (HTTP 401 assumed)
                 return 401, {"errors": [{"message": "Unauthorized: invalid api key (runpod stand-in)"}]}
-            return 401, {"error": "Unauthorized: invalid api key (runpod stand-in)", "status": 401}
+            # [S] UnauthorizedError: 401 for a missing, malformed, expired or invalid bearer token; its
+            # example's detail is "missing bearer token"; the words for an invalid one are not documented
+            return problem(401, "Unauthorized", "missing bearer token" if not auth else "invalid bearer token")
         if req.path == "/graphql" and req.method == "POST":
-            return self._graphql(req.args)
+            return self._graphql(req.body)
         parts = [p for p in req.path.split("/") if p]
-        if parts[:2] != ["v1", "pods"]:
-            return 404, {"error": f"no such API {req.method} {req.path}", "status": 404}
-        if len(parts) == 2 and req.method == "POST":
-            return self._create(req.args)
-        box = self.boxes.get(parts[2]) if len(parts) >= 3 else None
-        if box is None or box.status == "TERMINATED":
-            return 404, {"error": "pod not found", "status": 404}
+        if parts == ["v2", "catalog", "gpus"] and req.method == "GET":
+            return self._catalog(req.args)
+        if parts[:2] != ["v2", "pods"]:
+            return problem(404, "Not Found", "resource not found")  # [S] NotFoundError's example
+        if len(parts) == 2:
+            if req.method == "GET":
+                return 200, {"pods": [self._pod(b) for b in self.boxes.values() if b.status != "TERMINATED"]}
+            if req.method == "POST":
+                return self._create(req.body)
+            return problem(405, "Method Not Allowed", "The requested method is not allowed for this path.")
+        box = self.boxes.get(parts[2])
+        if box is None or box.status == "TERMINATED":  # [S] deletePod: "no longer appears in listPods"
+            return problem(404, "Not Found", "pod not found")  # [S] ErrorResponse's example detail
         if len(parts) == 3 and req.method == "GET":
             return 200, self._pod(box)
         if len(parts) == 3 and req.method == "DELETE":
             return self._delete(box)
-        if parts[3:] == ["stop"] and req.method == "POST":
-            return self._stop(box)
-        if parts[3:] == ["start"] and req.method == "POST":
-            return self._start(box)
-        return 404, {"error": f"no such API {req.method} {req.path}", "status": 404}
+        if parts[3:] == ["action"] and req.method == "POST":
+            return self._action(box, req.body)
+        return problem(405, "Method Not Allowed", "The requested method is not allowed for this path.")
 
-    def _graphql(self, args: dict[str, Any]) -> tuple[int, Any]:
-        query, variables = args.get("query"), args.get("variables") or {}
-        if not isinstance(query, str) or "gpuTypes" not in query:
-            return 200, {"errors": [{"message": "stand-in: only the gpuTypes prices query is served"}]}
-        n = int(variables.get("n") or 1)
+    def _graphql(self, body: Any) -> tuple[int, Any]:
+        query = body.get("query") if isinstance(body, dict) else None
+        if not isinstance(query, str) or "clientBalance" not in query:
+            return 200, {"errors": [{"message": "stand-in: only myself { clientBalance } is served"}]}
+        return 200, {"data": {"myself": {"clientBalance": self.balance}}}  # [C] User.ClientBalance, a number
+
+    def _catalog(self, args: dict[str, Any]) -> tuple[int, Any]:
+        """[S] listGpuTypes: ``product`` is required with ``include=AVAILABILITY`` and valid only
+        with it (400 either way); ``count`` and ``cloud`` (default SECURE) scope availability."""
+        include, product = args.get("include"), args.get("product")
+        if include not in (None, "AVAILABILITY"):
+            return invalid(["include: value must be one of 'AVAILABILITY'"])
+        if (include is None) != (product is None):
+            return problem(400, "Bad Request", "product is required with include=AVAILABILITY, and valid only with it")
+        cloud = str(args.get("cloud") or "SECURE")
+        if cloud not in ("SECURE", "COMMUNITY"):
+            return invalid(["cloud: value must be one of 'SECURE', 'COMMUNITY'"])
+        count = int(args.get("count") or 1) if str(args.get("count") or "1").isdigit() else 0
+        if count < 1:
+            return invalid(["count: must be >= 1"])
         rows = []
         for gpu in GPU_TYPES:
-            row = {k: v for k, v in gpu.items() if k != "prices"}
-            for cloud in ("secure", "community"):
-                each = gpu["prices"][cloud]
-                row[cloud] = None if each is None or n > 8 else {
-                    "uninterruptablePrice": each, "stockStatus": "High" if n == 1 else "Low"}
+            row = {k: v for k, v in gpu.items() if k != "stock"}
+            if include:
+                key = cloud.lower()
+                fits = gpu[key] and count <= gpu["maxCount"][key]
+                row["availability"] = gpu["stock"][key] if fits else "NONE"
+                if row["availability"] != "NONE":  # [S] dataCenters: omitted where unavailable everywhere
+                    row["dataCenters"] = [{**DATA_CENTER, "availability": row["availability"]}]
             rows.append(row)
-        return 200, {"data": {"gpuTypes": rows}}
+        return 200, {"gpus": rows}  # [S] ListGpuTypesResponse
 
-    def _create(self, body: dict[str, Any]) -> tuple[int, Any]:
-        types = body.get("gpuTypeIds")
-        gpu = next((g for g in GPU_TYPES if isinstance(types, list) and g["id"] in types), None)
-        key = (body.get("env") or {}).get("PUBLIC_KEY")
-        if gpu is None or not isinstance(body.get("imageName"), str) or "22/tcp" not in (body.get("ports") or []):
-            return 400, {"error": "create pod: gpuTypeIds, imageName and ports 22/tcp are required", "status": 400}
-        cloud = str(body.get("cloudType") or "SECURE").lower()
-        each = gpu["prices"].get(cloud)
-        if each is None:
-            return 400, {"error": "There are no longer any instances available with the requested specifications.",
-                         "status": 400}
-        count = int(body.get("gpuCount") or 1)
-        box = new_box(self.workdir, secrets.token_hex(7), self.next_user(), "RUNNING", round(each * count, 4),
-                      password=False)
+    def _create(self, body: Any) -> tuple[int, Any]:
+        """[S] createPod: the body checked as CreatePodRequest, 400 for a cross-field rule or no
+        capacity, 201 with the pod (``PROVISIONING``)."""
+        problems = _create_problems(body)
+        if problems:
+            return invalid(problems)
+        gpu_ask, cpu_ask = body.get("gpu"), body.get("cpu")
+        if (gpu_ask is None) == (cpu_ask is None):  # [S] "Exactly one of gpu or cpu ... enforced at the handler"
+            return problem(400, "Bad Request", "exactly one of gpu or cpu must be set")
+        mounts = body.get("mounts") or {}
+        if "persistent" in mounts and "network" in mounts:  # [S] Mounts: "enforced at the handler with 400"
+            return problem(400, "Bad Request", "at most one of mounts.persistent or mounts.network may be set")
+        if cpu_ask is not None:
+            return problem(400, "Bad Request", "stand-in: CPU pods are not served")
+        cloud = body.get("cloud", "SECURE").lower()
+        count = gpu_ask.get("count", 1)
+        gpu = next((g for g in GPU_TYPES if g["id"] == gpu_ask["id"]), None)
+        if gpu is None or not gpu[cloud] or gpu["stock"][cloud] == "NONE" or count > gpu["maxCount"][cloud]:
+            return problem(400, "Bad Request", NO_CAPACITY)  # [S] createPod's table: 400 "could not be placed"
+        box = new_box(self.workdir, secrets.token_hex(7), self.next_user(), "PROVISIONING",
+                      round(gpu["price"][cloud] * count, 4), password=False)
         wipe(box)
+        key = (body.get("env") or {}).get("PUBLIC_KEY")
         if isinstance(key, str) and key.startswith(("ssh-", "ecdsa-")):
             box.keys.append(key)
         self.boxes[box.id] = box
         self.pods[box.id] = dict(body)
+        self.created[box.id] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self._boot_later(box)
+        if self.create_fault is not None:  # the pod exists and bills; the answer says otherwise
+            status, self.create_fault = self.create_fault, None
+            return problem(status, "Internal Server Error", "upstream request failed")
         return 201, self._pod(box)
 
     def _boot_later(self, box: Box) -> None:
         with box.lock:
-            box.status, box.since, box.port = "RUNNING", time.time(), 0
+            box.status, box.since, box.port = "PROVISIONING", time.time(), 0
         later(self.boot_delay_s, self._boot, box)
 
     def _boot(self, box: Box) -> None:
         with box.lock:
-            if box.status != "RUNNING" or box.sshd is not None:
+            if box.status != "PROVISIONING" or box.sshd is not None:
+                return
+            if self.fail_boots > 0:  # the container failed: no sshd; the stand-in stops billing it
+                # (whether RunPod bills an ERROR pod is not documented: [S] Pod.cost names EXITED only)
+                self.fail_boots -= 1
+                halt(box, new_password=False)
+                box.status = "ERROR"
                 return
             boot(box, new_password=False)
             serve(box)
+            box.status = "RUNNING"
 
     def _pod(self, box: Box) -> dict[str, Any]:
-        up = box.sshd is not None
+        """[S] Pod: every required field; ``ssh.direct`` and ``runtime`` only while RUNNING with
+        ``22/tcp`` published; ``ssh.proxy`` points at RunPod's proxy, which no test can reach
+        (orch must never use it: [S] PodSsh.proxy carries no rsync)."""
         asked = self.pods.get(box.id, {})
-        return {"id": box.id, "name": asked.get("name"), "desiredStatus": box.status, "costPerHr": box.price,
-                "adjustedCostPerHr": box.price, "gpuCount": asked.get("gpuCount", 1),
-                "image": asked.get("imageName"), "publicIp": "127.0.0.1" if up else None,
-                "portMappings": {"22": box.port} if up else {}, "ports": asked.get("ports", [])}
+        running = box.status == "RUNNING" and box.sshd is not None
+        direct = running and "22/tcp" in (asked.get("ports") or [])
+        return {
+            "id": box.id, "name": asked.get("name"), "status": box.status, "actions": ACTIONS.get(box.status, []),
+            "image": asked.get("image"), "args": asked.get("args", ""), "disk": asked.get("disk", 50),
+            "mounts": asked.get("mounts", {}), "ports": asked.get("ports", []), "env": asked.get("env", {}),
+            "registry": asked.get("registry"), "gpu": {"id": asked.get("gpu", {}).get("id"),
+                                                       "count": asked.get("gpu", {}).get("count", 1)},
+            "cloud": asked.get("cloud", "SECURE"), "dataCenterId": DATA_CENTER["id"], "cudaVersion": "12.8",
+            "ssh": {"proxy": {"host": "ssh.runpod.io", "port": 22, "username": f"{box.id}-64411eb2",
+                              "command": f"ssh {box.id}-64411eb2@ssh.runpod.io"},
+                    "direct": {"host": "127.0.0.1", "port": box.port, "username": box.user,
+                               "command": f"ssh {box.user}@127.0.0.1 -p {box.port}"} if direct else None},
+            "template": None, "cost": box.price if box.status in ("PROVISIONING", "STARTING", "RUNNING") else 0.0,
+            "locked": False, "globalNetworking": {"enabled": False},
+            "runtime": {"uptime": int(time.time() - (box.since or time.time())),
+                        "ports": [{"private": 22, "public": box.port, "type": "tcp", "ip": "127.0.0.1"}]}
+            if running else None,
+            "createdAt": self.created.get(box.id), "startedAt": None,
+        }
 
-    def _stop(self, box: Box) -> tuple[int, Any]:
-        with box.lock:
-            if box.status != "RUNNING":
-                return 400, {"error": f"pod is {box.status}", "status": 400}
-            halt(box, new_password=False)
-            box.status = "EXITED"
-        return 200, self._pod(box)
-
-    def _start(self, box: Box) -> tuple[int, Any]:
-        if box.status != "EXITED":
-            return 400, {"error": f"pod is {box.status}", "status": 400}
-        if self.out_of_stock > 0:
+    def _action(self, box: Box, body: Any) -> tuple[int, Any]:
+        """[S] podAction: ``{"action": ...}`` only (422 otherwise), 409 for an action the
+        status does not allow, 200 with the pod (204 for terminate)."""
+        if not isinstance(body, dict) or "action" not in body:
+            return invalid(["$: missing property 'action'"])
+        extra = sorted(set(body) - {"action"})
+        if extra:
+            return invalid([f"$: additional properties {', '.join(repr(k) for k in extra)} not allowed"])
+        action = body["action"]
+        if action not in ("start", "stop", "restart", "terminate"):
+            return invalid(["$.action: value must be one of 'start', 'stop', 'restart', 'terminate'"])
+        if action not in ACTIONS.get(box.status, []):
+            return problem(409, "Conflict", f"action {action} is not valid for a pod in status {box.status}")
+        if action == "terminate":
+            return self._delete(box)
+        if action == "stop":
+            with box.lock:
+                halt(box, new_password=False)
+                box.status = "EXITED"
+            return 200, self._pod(box)
+        if action == "start" and self.out_of_stock > 0:  # unverified: the words and status of this refusal
             self.out_of_stock -= 1
-            return 400, {"error": "There are not enough free GPUs on the host machine to start this pod.",
-                         "status": 400}
+            return problem(400, "Bad Request", "There are not enough free GPUs on the host machine to start this pod.")
+        with box.lock:
+            halt(box, new_password=False)
         self._boot_later(box)
         return 200, self._pod(box)
 
@@ -151,9 +269,70 @@ class RunPodStandin(StandinServer):
             halt(box, new_password=False)
             wipe(box)
             box.status = "TERMINATED"
-        return 204, None
+        return 204, None  # [S] deletePod: 204, no body
 
     def admin(self, action: str, args: dict[str, Any]) -> dict[str, Any]:
         if action == "stock":
             self.out_of_stock = int(args.get("refusals", 0))
+        elif action == "create_fault":
+            self.create_fault = int(args.get("status", 500))
+        elif action == "fail_boots":
+            self.fail_boots = int(args.get("count", 1))
         return {"billing": self.billing()}
+
+
+def _create_problems(body: Any) -> list[str]:
+    """What [S] CreatePodRequest's schema refuses in ``body``, in the live API's words ([K])."""
+    if not isinstance(body, dict):
+        return ["$: expected object"]
+    problems = []
+    extra = sorted(set(body) - CREATE_FIELDS)
+    if extra:
+        problems.append(f"$: additional properties {', '.join(repr(k) for k in extra)} not allowed")
+    if not isinstance(body.get("name"), str) or not body.get("name"):
+        problems.append("$: missing property 'name'")
+    if "templateId" not in body and not isinstance(body.get("image"), str):
+        problems.append("$: missing property 'image'")
+    if body.get("cloud", "SECURE") not in ("SECURE", "COMMUNITY"):
+        problems.append("$.cloud: value must be one of 'SECURE', 'COMMUNITY'")
+    disk = body.get("disk", 1)
+    if not isinstance(disk, int) or isinstance(disk, bool) or disk < 1:
+        problems.append("$.disk: must be an integer >= 1")
+    env = body.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        problems.append("$.env: expected an object of strings")
+    ports = body.get("ports", [])
+    if not isinstance(ports, list) or not all(isinstance(p, str) for p in ports):
+        problems.append("$.ports: expected an array of strings")
+    gpu = body.get("gpu")
+    if gpu is not None:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("id"), str):
+            problems.append("$.gpu: missing property 'id'")
+        else:
+            extra = sorted(set(gpu) - GPU_FIELDS)
+            if extra:
+                problems.append(f"$.gpu: additional properties {', '.join(repr(k) for k in extra)} not allowed")
+            count = gpu.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                problems.append("$.gpu.count: must be an integer >= 1")
+    problems += _mount_problems(body.get("mounts"))
+    return problems
+
+
+def _mount_problems(mounts: Any) -> list[str]:
+    """[S] Mounts, PersistentMount (``size`` ≥ 10 and ``path``, nothing else), NetworkMount."""
+    if mounts is None:
+        return []
+    if not isinstance(mounts, dict):
+        return ["$.mounts: expected object"]
+    problems = []
+    extra = sorted(set(mounts) - {"persistent", "network"})
+    if extra:
+        problems.append(f"$.mounts: additional properties {', '.join(repr(k) for k in extra)} not allowed")
+    persistent = mounts.get("persistent")
+    if persistent is not None:
+        if not isinstance(persistent, dict) or set(persistent) != {"size", "path"}:
+            problems.append("$.mounts.persistent: exactly the properties 'size' and 'path' are required")
+        elif not isinstance(persistent["size"], int) or persistent["size"] < 10:
+            problems.append("$.mounts.persistent.size: must be an integer >= 10")
+    return problems

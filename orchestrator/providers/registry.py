@@ -80,6 +80,7 @@ _PROVIDERS = (
         adapter="orchestrator.providers.autodl:AutoDL",
         token_env="AUTODL_TOKEN",
         currency="CNY",
+        image="base-image-l2t43iu6uk",  # AutoDL's PyTorch 2.0.0 / CUDA 11.8 base image (docs/providers.md)
         preset=Preset(
             env={"HF_HOME": "/root/autodl-tmp/hf"},
             root="/root/autodl-tmp/orch",

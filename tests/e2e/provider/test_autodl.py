@@ -113,7 +113,8 @@ def test_out_of_stock_is_retried_with_a_bounded_backoff_then_given_up_clearly(
     admin(autodl, "stock", refusals=5)
     gave_up = orch("up", "a2", "--trust", check=4)
     assert gave_up.stderr.count("out of stock") >= 2 and "trying again in 0.2 s (1/3)" in gave_up.stderr
-    assert "error: autodl power_on: GPU 库存不足" in gave_up.stderr and "tried 3 times" in gave_up.stderr
+    assert "error: autodl power_on: 当前算力规格暂无库存, 请修改配置或稍等再试 (request_id " in gave_up.stderr
+    assert autodl.request_ids[-1] in gave_up.stderr and "tried 3 times" in gave_up.stderr
     admin(autodl, "stock", refusals=1)
     ok = orch("up", "a2", "--trust")
     assert "trying again" in ok.stderr and "SSH answers" in ok.stderr

@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 import pytest
 
-from orchestrator.providers.api import (OutOfStock, ProviderAuthError, ProviderError, ProviderUnreachable,
-                                        power_on_retrying)
+from orchestrator.errors import UsageError
+from orchestrator.providers.api import (Balance, CreateUncertain, OutOfStock, ProviderAuthError, ProviderError,
+                                        ProviderUnreachable, power_on_retrying)
 from orchestrator.providers.autodl import AutoDL
 from tests.support.orch import dead_port
 
@@ -111,3 +112,100 @@ def test_out_of_stock_power_on_is_retried_a_bounded_number_of_times_each_wait_sa
     assert "autodl power_on: GPU 库存不足 (tried 4 times over 600 s" in str(caught.value)
     body = json.loads(api["seen"][-1][3])
     assert body == {"instance_uuid": "i", "payload": "gpu"}
+
+
+def routed(answers: dict[str, Any]) -> Answer:
+    """Envelopes by the path's last words (``list``, ``snapshot``, ``wallet/balance``), each
+    with a request id as AutoDL sends one."""
+    def answer(method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        key = next(k for k in answers if path.split("?")[0].endswith("/" + k))
+        return 200, json.dumps({"code": "Success", "msg": "", "data": answers[key], "request_id": "rid-1"}).encode()
+    return answer
+
+
+@pytest.mark.parametrize(("rid", "shown"), [("0f1e2d3c-aa", " (request_id 0f1e2d3c-aa)"), ("has spaces; x", ""),
+                                            ("r" * 500, ""), (None, "")])
+def test_an_error_names_autodls_request_id_when_it_is_one(api: dict[str, Any], rid: object, shown: str) -> None:
+    api["answer"] = lambda m, p, h: (200, json.dumps({"code": "InstanceNotFound", "msg": "实例不存在", "data": None,
+                                                      "request_id": rid}).encode())
+    with pytest.raises(ProviderError) as caught:
+        AutoDL("t", api["url"]).power_off("i")
+    assert str(caught.value) == "autodl power_off: 实例不存在" + shown
+
+
+@pytest.mark.parametrize(("status", "state"), [("removing", "released"), ("removed", "released"),
+                                               ("releasing", "released"), ("creating", "creating"),
+                                               ("shutting_down", "stopping"), ("something_new", "unknown")])
+def test_every_status_maps_to_orchs_word_and_an_unknown_one_stays_unknown(api: dict[str, Any], status: str,
+                                                                         state: str) -> None:
+    api["answer"] = envelope(status)
+    assert AutoDL("t", api["url"]).state("i") == (state, status)
+
+
+def test_the_wallets_assets_are_milliyuan_and_come_back_in_cny(api: dict[str, Any]) -> None:
+    api["answer"] = routed({"wallet/balance": {"assets": 12340, "accumulate": 987650, "voucher_balance": 5000}})
+    assert AutoDL("t", api["url"]).balance() == Balance(amount=12.34, currency="CNY")
+    method, path, _, body = api["seen"][-1]
+    assert (method, path, json.loads(body)) == ("POST", "/api/v1/dev/wallet/balance", {})
+    api["answer"] = routed({"wallet/balance": {"assets": "lots"}})
+    with pytest.raises(ProviderError, match=r"autodl balance: answer holds no wallet assets \(request_id rid-1\)"):
+        AutoDL("t", api["url"]).balance()
+
+
+def test_instances_lists_every_instance_but_the_released_with_label_gpu_age_and_the_price_of_the_billing_ones(
+        api: dict[str, Any]) -> None:
+    rows = [{"uuid": "pro-a", "status": "running", "name": "orch-g1", "gpu_spec_uuid": "pro6000-p",
+             "req_gpu_amount": 1, "created_at": "2026-12-01T10:00:00+08:00"},
+            {"uuid": "pro-b", "status": "shutdown", "name": "", "gpu_spec_uuid": "unknown-spec", "req_gpu_amount": 2,
+             "stopped_at": {"Time": "2026-12-01T10:00:00+08:00", "Valid": True}},
+            {"uuid": "pro-c", "status": "released"}, {"uuid": "pro-d", "status": "removed"}, "not a row"]
+    api["answer"] = routed({"list": {"list": rows, "max_page": 1}, "snapshot": {"payg_price": 5980}})
+    before = len(api["seen"])
+    found = AutoDL("t", api["url"]).instances()
+    assert [(i.id, i.state, i.price_per_hour, i.label, i.gpu) for i in found] == [
+        ("pro-a", "running", 5.98, "orch-g1", "1x PRO6000-96G"), ("pro-b", "off", None, "", "2x unknown-spec")]
+    assert found[0].created_at is not None and found[0].created_at.isoformat() == "2026-12-01T10:00:00+08:00"
+    assert found[1].release_at is not None and found[1].currency == "CNY"
+    assert [p.split("?")[0].rsplit("/", 1)[1] for _, p, _, _ in api["seen"][before:]] == ["list", "snapshot"]
+
+
+def test_an_order_turns_words_into_autodls_uuids_and_refuses_what_does_not_exist(api: dict[str, Any]) -> None:
+    adl = AutoDL("t", api["url"])
+    order = adl.order("RTX PRO 6000", 2, "cuda11.3-cudnn8-devel-ubuntu20.04-py38-torch1.11.0", "北京B区,westDC3", 50)
+    assert (order.spec.uuid, order.count, order.image, order.cuda, order.regions, order.disk_gb) == \
+        ("pro6000-p", 2, "base-image-l374uiucui", 113, ("beijingDC2", "westDC3"), 50)
+    assert adl.order("rtx_4090", 1, "base-image-l2t43iu6uk", None, 0).spec.uuid == "v-48g"
+    assert adl.order("4090d", 1, "base-image-l2t43iu6uk", None, 0).spec.uuid == "4090D"
+    for args, words in [(("H100", 1, "base-image-l2t43iu6uk", None, 0), "no AutoDL Pro GPU 'H100'"),
+                        (("4090D", 5, "base-image-l2t43iu6uk", None, 0), "1 to 4 GPUs"),
+                        (("4090D", 1, "base-image-l2t43iu6uk", None, 501), "0 to 500 GB"),
+                        (("4090D", 1, "base-image-l2t43iu6uk", "mars", 0), "no AutoDL region 'mars'")]:
+        with pytest.raises(UsageError, match=words):
+            adl.order(*args)
+    api["answer"] = routed({"image/private/list": {"list": [{"image_uuid": "image-1", "name": "mine"},
+                                                            {"image_uuid": "bad uuid", "name": "x"}], "max_page": 1}})
+    assert (adl.order("5090", 1, "mine", None, 0).image, adl.order("5090", 1, "image-1", None, 0).cuda) == \
+        ("image-1", 118)
+    with pytest.raises(UsageError, match=r"no AutoDL image 'x'.*one of your own images: image-1 \(mine\)"):
+        adl.order("5090", 1, "x", None, 0)
+
+
+@pytest.mark.parametrize("data", ["pro-76419909953e", {"instance_uuid": "pro-76419909953e"}])
+def test_create_sends_the_documented_fields_once_and_returns_the_uuid_in_data(api: dict[str, Any],
+                                                                             data: object) -> None:
+    adl = AutoDL("t", api["url"])
+    order = adl.order("4090D", 1, "base-image-l2t43iu6uk", "westDC3", 0)
+    api["answer"] = envelope(data)
+    before = len(api["seen"])
+    assert adl.create_order(order, "orch-g1") == "pro-76419909953e"
+    ((method, path, _, body),) = api["seen"][before:]
+    assert (method, path) == ("POST", "/api/v1/dev/instance/pro/create")
+    assert json.loads(body) == {"req_gpu_amount": 1, "expand_system_disk_by_gb": 0, "gpu_spec_uuid": "4090D",
+                                "image_uuid": "base-image-l2t43iu6uk", "cuda_v_from": 118,
+                                "instance_name": "orch-g1", "data_center_list": ["westDC3"]}
+    api["answer"] = envelope({"no": "uuid"})
+    with pytest.raises(ProviderError, match="answer holds no instance uuid; an instance may have been created"):
+        adl.create_order(order, "orch-g1")
+    api["answer"] = lambda m, p, h: (503, b'{"code": "InternalError", "msg": "busy", "request_id": "r-9"}')
+    with pytest.raises(CreateUncertain, match="may or may not have rented an instance"):
+        adl.create_order(order, "orch-g1")

@@ -99,8 +99,8 @@ def test_no_laptop_module_but_the_registry_and_each_adapter_spells_out_a_provide
 
 
 def test_orch_rent_and_hosts_add_refuse_a_provider_outside_the_registry_naming_its_choices(orch: Orch) -> None:
-    rent = orch("rent", "g1", "--provider", "autodl", "--gpu", "RTX_4090", check=2)
-    assert "'autodl' is not one of " + ", ".join(repr(n) for n in RENTABLE) in rent.stderr
+    rent = orch("rent", "g1", "--provider", "lambda", "--gpu", "RTX_4090", check=2)
+    assert "'lambda' is not one of " + ", ".join(repr(n) for n in RENTABLE) in rent.stderr
     added = orch("hosts", "add", "p1", "--provider", "lambda", "--instance", "i", "--token-env", "T", check=2)
     assert "'lambda' is not one of " + ", ".join(repr(n) for n in NAMES) in added.stderr
     assert not (orch.home / "hosts" / "p1.json").exists() and not (orch.home / "hosts" / "g1.json").exists()

@@ -83,6 +83,8 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),
     "show": ("show", "What a job ran with: its spec as written, the git commit and diff of the workspace, the "
                      "remote python / torch / CUDA / GPUs and pip freeze."),
+    "spend": ("spend", "Show this month's cost of orch's jobs per host and per provider (from the laptop's "
+                       "records: prices and run times) and each provider account's balance where it reports one."),
     "ssh": ("vscode", "Open a shell on HOST with the system `ssh` (pinned host key, orch's settings)."),
     "ssh-config": ("vscode", "Print (or --write) the `Host orch-<name>` block for every inventory host."),
     "status": ("status", "Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost "

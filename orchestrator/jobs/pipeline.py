@@ -39,13 +39,14 @@ from typing import Any, Callable
 from orchestrator import settings, trace
 from orchestrator.access.connect import open_transport
 from orchestrator.checks import slurm as slurmcheck
-from orchestrator.errors import HostError, OrchError, RemoteError, UsageError
+from orchestrator.errors import HostError, OrchError, RemoteError, SpecError, UsageError
 from orchestrator.helper.remote import Remote, helper_argv
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import launchconfig, outcome
 from orchestrator.jobs import record as repro
 from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
+from orchestrator.plan import budget
 from orchestrator.plan.build import HostFacts, Plan, build_plan
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.state import inflight, reach
@@ -203,14 +204,18 @@ def checked_plan(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos
 def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
              job_id: str) -> Plan:
     """The plan from each node's ``hello``; a multi-node job without ``rdzv_port`` gets a
-    free port on the first node."""
+    free port on the first node. A ``max_cost`` that cannot be enforced on these hosts is a
+    ``SpecError`` at the field's ``file:line:col`` (``plan/budget.py``)."""
     facts = [HostFacts.model_validate({k: h.get(k) for k in HostFacts.model_fields if k in h}) for h in hellos]
     port = None
     if len(remotes) > 1 and loaded.spec.launch.rdzv_port is None:
         port = remotes[0].call("free_port")["port"]
     hosts = [r.host for r in remotes]
     spec = launchconfig.counted(loaded.spec, Path(loaded.workspace_dir))
-    return build_plan(spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+    try:
+        return build_plan(spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+    except budget.Refused as exc:  # max_cost on hosts without a price: the job file's line
+        raise SpecError(f"{loaded.locate(('max_cost',))}: max_cost: {exc}") from None
 
 
 def staged_in_hello(hello: dict[str, Any]) -> bool:

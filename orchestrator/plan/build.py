@@ -3,7 +3,9 @@
 No I/O here. The plan holds the exact argv each node's supervisor runs (torchrun's, or for a
 one-node one-process job the job's own: ``launch.launcher``); tests compare it exactly. It is
 written as the job's ``job.json``, the contract with ``remote_payload``. Its ``queue`` says
-what each node waits for in its host's GPU queue (``queue_request``; remote_payload/gpuqueue/queue.py).
+what each node waits for in its host's GPU queue (``queue_request``; remote_payload/gpuqueue/queue.py),
+its ``budget`` the job's ``max_cost`` with its price (``plan/budget.py``; ``budget.Refused``, exit 2,
+when it cannot be enforced).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from orchestrator.hosts.inventory import Host
 from orchestrator.hosts.presets import preset_env, preset_setup
 from orchestrator.plan import launchers
 from orchestrator.plan import slurm as slurmplan
+from orchestrator.plan.budget import budget
 from orchestrator.providers.registry import PRESETS
 from orchestrator.spec.model import Frozen, JobSpec
 from remote_payload.contract.protocol import GRACE_S
@@ -80,6 +83,7 @@ class Plan(Frozen):
     progress: str | None = None  # launch.progress: the script's own progress lines (supervisor/scrape.py)
     rdzv_endpoint: str | None = None  # a multi-node SSH job's rendezvous host:port (every launcher's)
     secret_env: list[str] = Field(default_factory=list)  # names only: the values go in the launch request
+    budget: dict[str, Any] | None = None  # max_cost with the job's price per hour (plan/budget.py)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -284,6 +288,7 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
         resume_args=list(spec.launch.resume_args), progress=spec.launch.progress, secret_env=list(spec.secret_env),
+        budget=budget(spec.max_cost, hosts),
     )
 
 

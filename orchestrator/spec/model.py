@@ -287,6 +287,14 @@ class JobSpec(Frozen):
         description="gitignore-style patterns over the job folder: what `orch fetch` brings back.",
     )
     on_finish: OnFinish = Field(default_factory=OnFinish)
+    max_cost: float | None = Field(
+        None, gt=0, le=1e9, description="Stop the job when its cost reaches this, in the currency of its hosts' "
+        "price (the provider's: CNY on AutoDL, USD on vast and RunPod; a plain host's --price-per-hour). The cost is "
+        "the price per hour of every node together times the time the job's supervisors ran, all attempts counted. "
+        "The server decides, with the laptop closed: it stops the job as `orch cancel` does (the trainer "
+        "checkpoints), the reason says so, and on_finish.power_off / shutdown powers the box off without waiting "
+        "for a fetch. Every host must have a known price (exit 2 otherwise); not on a Slurm cluster "
+        "(docs/providers.md: Budgets).")
     sweep: dict[SweepKey, SweepValues] | None = Field(
         None, description="A sweep: dotted paths into this file (train.lr, train.lora.r, env.LR) and the values to "
         "try; `orch submit` makes one job per combination, each a one-node job on one host of `hosts` (a pool, "

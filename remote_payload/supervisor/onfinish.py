@@ -3,7 +3,7 @@
 ``after_end`` refreshes ``manifest.json`` with the environment record that the terminal state
 did not wait for (``refresh_late``), and around it ``shutdown_when_done`` powers the node off
 when ``on_finish.shutdown`` is set — only after ``orch fetch`` left the ``.fetched`` marker (or
-the timeout passed), never while another orch job runs or waits in the GPU queue on the host,
+the timeout passed; at once after a stop by ``max_cost``), never while another orch job runs or waits in the GPU queue on the host,
 and not at all when the job was resumed meanwhile. Without it, a host with
 ``idle_shutdown_minutes`` gets the idle guard (``shutdown_when_idle``), which a queued job
 keeps from arming as a running one does (both are work: ``other_jobs_running``).
@@ -61,26 +61,33 @@ def refresh_late(job_dir: str, recorder: Any, attempt: int, written: Optional[tu
 
 
 def after_end(job_dir: str, job: Dict[str, Any], attempt: int, recorder: Any, written: Optional[tuple],
-              say: Callable[[str], None]) -> None:
+              say: Callable[[str], None], spent: bool = False) -> None:
     """Once the terminal state is written: ``refresh_late`` in a thread of its own (a power-off
-    waits for it — it waits for ``orch fetch`` anyway), then ``shutdown_when_done``; returns when both are done."""
+    waits for it — it waits for ``orch fetch`` anyway), then ``shutdown_when_done`` (``spent``:
+    the job's budget stopped it); returns when both are done."""
     late = threading.Thread(target=refresh_late, args=(job_dir, recorder, attempt, written), name="orch-repro-late")
     late.start()
     if (job.get("on_finish") or {}).get("shutdown"):
         late.join()
-    shutdown_when_done(job_dir, job, attempt, say)
+    shutdown_when_done(job_dir, job, attempt, say, spent)
     late.join()
 
 
-def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Callable[[str], None]) -> None:
+def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Callable[[str], None],
+                       spent: bool = False) -> None:
+    """``on_finish.shutdown`` (and ``power_off``): power off once ``orch fetch`` has confirmed the
+    outputs or its timeout passed — at once when ``spent``, a job its ``max_cost`` stopped
+    (waiting would bill past the budget; a powered-off box keeps its disk for a later fetch);
+    never while another orch job works on the host. Without it, the idle guard."""
     cfg = job.get("on_finish") or {}
     if not cfg.get("shutdown"):
         if cfg.get("idle_shutdown_minutes"):
             shutdown_when_idle(job_dir, job, float(cfg["idle_shutdown_minutes"]), say)
         return
-    timeout = float(cfg.get("shutdown_after_fetch_timeout_s", 1800))
+    timeout = 0.0 if spent else float(cfg.get("shutdown_after_fetch_timeout_s", 1800))
     marker = os.path.join(job_dir, FETCHED)
-    say("on_finish.shutdown: waiting for `orch fetch` (at most %.0f s) before powering off" % timeout)
+    say("on_finish.shutdown: max_cost reached, powering off without waiting for `orch fetch`" if spent else
+        "on_finish.shutdown: waiting for `orch fetch` (at most %.0f s) before powering off" % timeout)
     open(os.path.join(job_dir, AWAITING_FETCH), "a").close()  # move_list need not wait for this supervisor
     deadline = time.time() + timeout
     while not os.path.exists(marker) and time.time() < deadline:
@@ -88,7 +95,8 @@ def shutdown_when_done(job_dir: str, job: Dict[str, Any], attempt: int, say: Cal
         if int((read_json(os.path.join(job_dir, "status.json")) or {}).get("attempt", attempt)) != attempt:
             say("the job was resumed: this supervisor does not shut down")
             return
-    say("outputs fetched" if os.path.exists(marker) else "no fetch within %.0f s" % timeout)
+    if not spent:
+        say("outputs fetched" if os.path.exists(marker) else "no fetch within %.0f s" % timeout)
     root = os.path.dirname(os.path.dirname(job_dir))
     others = other_jobs_running(root, job["job_id"])
     if others:

@@ -27,6 +27,9 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   ``queued``), gets them as ``CUDA_VISIBLE_DEVICES`` and gives them back in ``finish``.
 - SIGTERM (``orch cancel``) goes to every process of the job's tree (see jobdir/processes.py); after
   ``grace_s`` what is left is killed. The job then ends ``cancelled``.
+- With a ``budget`` (``max_cost``) the ``budget`` duty (``budget.py``) cancels the job the same
+  way when its cost reaches it; it ends ``cancelled`` with ``stopped: max_cost ... reached`` as
+  its reason, ``budget_reached`` in status.json, and ``on_finish`` powers off without a fetch.
 - In a Slurm allocation (job.json has ``slurm``; ``allocation.py``) the job runs as one srun
   step across the allocation's nodes; SIGUSR1 is the time-limit warning, and a SIGTERM
   that is not ``orch cancel`` ends the job with the state Slurm names.
@@ -62,6 +65,7 @@ from remote_payload.jobdir.reserve import Reserve, disk_full, full_at  # noqa: E
 from remote_payload.supervisor import (  # noqa: E402
     allocation,  # noqa: E402
     attempt,
+    budget,
     environment,
     failure,
     launchers,
@@ -108,10 +112,13 @@ class Supervisor:
             # across attempts (orch resume): when the first began, and the step the ones before reached
             "first_started": (old.get("first_started") or old.get("started") or now) if number > 1 else now,
             "resumed_from_step": attempt.reached_step(job_dir) if number > 1 else None,
+            "run_s_before": budget.run_s_before(old) if number > 1 else 0.0,  # what earlier attempts ran
         }
         os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
         self.log = open(os.path.join(job_dir, "logs", "node%d.log" % node_rank), "ab", buffering=0)
         self.heartbeat = Duty("heartbeat", float(self.job.get("heartbeat_s", 2.0)), self.beat, self.say)
+        self.budget_reason: Optional[str] = None  # set when max_cost stopped the job (budget.py)
+        self.budget = budget.watch(self.job, now, float(self.status["run_s_before"]), self.stop_for_budget, self.say)
 
     # -- state -------------------------------------------------------------------------
     def update(self, final: bool = False, **fields: Any) -> None:
@@ -159,6 +166,14 @@ class Supervisor:
         if self.child is not None:
             grace = float(self.job.get("grace_s", GRACE_S))
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
+
+    def stop_for_budget(self, reason: str) -> None:
+        """``max_cost`` is reached (the ``budget`` duty, once): say it, record it, and cancel the
+        job as ``orch cancel``'s SIGTERM does; it ends ``cancelled`` with ``reason``."""
+        self.budget_reason = reason
+        self.say(reason + ": stopping the job as orch cancel does")
+        self.update(budget_reached=True)
+        self.on_sigterm(signal.SIGTERM, None)
 
     def on_warning(self, signum: int, frame: Any) -> None:
         """Slurm's time-limit warning: stop the job gracefully (it checkpoints), not cancelled.
@@ -304,6 +319,8 @@ class Supervisor:
                 self.say("job %s: %s" % (state, reason))
             self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
         self.heartbeat.stop()
+        if self.budget is not None:
+            self.budget.duty.stop()
         self.reserve.release()
 
     def _disk_full(self, state: str, reason: Optional[str]) -> "tuple[str, Optional[str]]":
@@ -325,6 +342,8 @@ class Supervisor:
         self.reserve.make()
         self.update()
         self.heartbeat.start()
+        if self.budget is not None:
+            self.budget.duty.start()
         environment.write_bash_env(self.job_dir)
         lacking = secrets.lacking(self.job, os.environ)
         if lacking:  # a supervisor not started by orch's helper (or a Slurm that dropped sbatch's environment)
@@ -362,7 +381,13 @@ class Supervisor:
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
             self.recorder = self.new_recorder()
-        if self.cancelled.is_set() and self.slurm and not allocation.cancel_requested(self.job_dir):
+        late = self.budget.reached() if self.budget is not None and code not in (0, None) else None
+        if late is not None and self.budget_reason is None and not self.cancelled.is_set():
+            self.budget_reason = late  # another node's budget stop ended the job here before this one's check
+            self.update(budget_reached=True)
+        if self.budget_reason is not None:
+            self.finish("cancelled", code, self.budget_reason)
+        elif self.cancelled.is_set() and self.slurm and not allocation.cancel_requested(self.job_dir):
             state, why = allocation.ended_by_slurm(self.job)
             self.finish(state, code, why)
         elif self.cancelled.is_set():
@@ -381,7 +406,7 @@ class Supervisor:
         else:
             self.finish("failed", code, self.failure_reason(code))
         onfinish.after_end(self.job_dir, self.job, int(self.status["attempt"]), self.recorder, self.manifest_written,
-                           self.say)  # the late environment record, then on_finish
+                           self.say, spent=self.budget_reason is not None)  # the late record, then on_finish
         return 0
 
     def failure_reason(self, code: int) -> str:

@@ -67,6 +67,9 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "exec": ("exec", "Run one command on HOST (through its login shell) and exit with its exit code."),
     "fetch": ("fetch", "Download what the job's `outputs` select, verified by sha256; idempotent."),
     "hosts": ("hosts", "Manage the host inventory (`local` is built in)."),
+    "instances": ("instances", "List every instance each provider account holds, with state, price and age, "
+                               "marking those no host entry names (\"billing, unknown to orch\" when they bill), "
+                               "and the command that adds, powers off or releases each."),
     "logs": ("logs", "Print a job's log; with -f follow it until the job ends."),
     "ls": ("status", "List all jobs (same as `orch status`)."),
     "plot": ("plot", "Draw loss (train and eval), lr and tokens/s against step into a PNG."),

@@ -10,6 +10,13 @@ about again, and its row is the final row recorded when a status first saw it te
 host's price). When every listed job is such a job, ``orch status`` connects to no host and
 loads neither the job/host modules (pydantic, paramiko) nor rich: it reads the registry and
 writes plain text.
+
+A host that cannot be asked never hides the others: an unreachable SSH host's jobs show their
+last known state marked ``(stale)``, and so do a provider host's when its provider refuses the
+token or does not answer, with the provider's words as their reason (and ``provider_error`` in
+``--json``); each is said once as a ``warning:`` line and the exit code stays 0. Once a day,
+when a provider account whose hosts it asks holds a billing instance no host entry names, a
+``warning:`` line says so (``orch instances`` lists them).
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
-    """Statuses (``jobs/overview.py``: ``refresh``; finished jobs from the registry alone)."""
-    return overview.refresh(records, lambda: app.inventory, app.registry, app.say)
+    """Statuses (``jobs/overview.py``: ``refresh``; finished jobs from the registry alone), with
+    the daily word on a billing instance no host entry names."""
+    return overview.refresh(records, lambda: app.inventory, app.registry, app.say, watch_billing=True)
 
 
 def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgress:

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home, write_private
+from orchestrator.hosts.apiurl import api_url_problem
 from orchestrator.hosts.hostkey import key_line_problem
 from orchestrator.providers.registry import NAMES as PROVIDER_NAMES
 from remote_payload.contract.slurm import NAME_PATTERN as SLURM_NAME
@@ -47,6 +49,14 @@ class ProviderRef(BaseModel):
     token_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     api_url: str | None = Field(None, pattern=r"^https?://[^\s]+$",
                                 description="The provider's API (default: its own); a proxy or a stand-in.")
+
+    @field_validator("api_url")
+    @classmethod
+    def _token_goes_only_there(cls, value: str | None) -> str | None:
+        problem = api_url_problem(value) if value is not None else None
+        if problem:
+            raise PydanticCustomError("api_url", problem)
+        return value
 
 
 class SeenEndpoint(BaseModel):

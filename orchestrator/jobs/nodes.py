@@ -20,6 +20,7 @@ from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import secrets
 from orchestrator.jobs.outcome import reservation_reason
+from orchestrator.providers.api import ProviderError
 from orchestrator.state import fences, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
@@ -119,6 +120,12 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     unreachable hosts' jobs keep it too (marked ``stale``). A job seen terminal here is
     recorded with its whole status (state, reason, metrics) for later calls.
 
+    A provider host whose provider refuses or does not answer (a rotated token, the API down:
+    ``ProviderError``) is warned about once; its jobs keep the registry's word, marked ``stale``,
+    with the provider's words as ``reason`` and ``provider_error``; the other hosts' jobs are
+    unaffected and nothing is raised. Such a failure says nothing of the box itself, so it is
+    not recorded in ``reach``.
+
     Every contact is recorded (``reach``): an unfinished job on a host that has failed for
     ``ORCH_LOST_AFTER_S`` shows ``lost`` with ``reach.lost_reason`` (plus ``unreachable_since``
     and ``last_contact``) — shown only, never recorded, so it shows its real state again when
@@ -139,6 +146,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
         by_host.setdefault(f.host, [])
     answers: dict[tuple[str, str], dict[str, Any]] = {}
     lost: dict[str, reach.Reach] = {}
+    refused: dict[str, str] = {}  # host -> its provider's words, when the provider failed
 
     def ask(name: str) -> None:
         try:
@@ -150,6 +158,10 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
                 lost[name] = seen
                 warn(f"warning: {reach.unreachable(seen)}: its unfinished jobs show lost; if the instance is "
                      "gone: orch resume JOB --on OTHER_HOST")
+            return
+        except ProviderError as exc:  # its provider refused or did not answer: only its rows say so
+            refused[name] = str(exc).splitlines()[0]
+            warn(f"warning: {name}: {refused[name]}")
             return
         except (UsageError, RemoteError) as exc:
             warn(f"warning: {str(exc).splitlines()[0]}")
@@ -168,6 +180,9 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
             continue
         if any(s is None for s in per_node):
             out[r.job_id]["stale"] = True
+            words = next((f"{name}: {refused[name]}" for name in r.hosts if name in refused), None)
+            if words is not None:
+                out[r.job_id].update(reason=words, provider_error=words)
             continue
         if r.state == SUBMITTING and all(s["state"] == "unknown" for s in per_node):
             out[r.job_id]["reason"] = reservation_reason(r.detail)

@@ -22,22 +22,50 @@ from orchestrator.state.registry import TERMINAL, JobRecord, Registry
 if TYPE_CHECKING:
     from orchestrator.display.progress import JobProgress
     from orchestrator.hosts.inventory import Inventory
+    from orchestrator.providers.accounts import DailyCheck
 
 _FINAL: dict[tuple[str, str], JobProgress] = {}  # (job id, state) -> final row made by this process
 
 
 def refresh(records: list[JobRecord], inventory: Callable[[], Inventory], registry: Registry,
-            say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+            say: Callable[[str], None], watch_billing: bool = False) -> dict[str, dict[str, Any]]:
     """Each job's status: the record's own for terminal jobs; unfinished ones from their hosts
     (one connection per host; nodes aggregated: ``jobs/nodes.refresh``, imported only then, or
-    when a listed job has a superseded attempt still to stop, ``state/fences.py``).
-    ``inventory``: called only when a host is asked."""
+    when a listed job has a superseded attempt still to stop, ``state/fences.py``). A provider
+    that refuses or does not answer marks only its hosts' jobs (``nodes.refresh``), never
+    raises. ``inventory``: called only when a host is asked.
+
+    ``watch_billing`` (``orch status``): the provider accounts of the hosts being asked are
+    also listed, in a thread beside those contacts, at most once an hour each, and an instance
+    they hold that no host entry names and that bills is said once a day
+    (``providers/accounts.py``: ``DailyCheck``)."""
     if all(r.state in TERMINAL for r in records) and not fences.pending(registry.path,
                                                                          job_ids=[r.job_id for r in records]):
         return {r.job_id: r.status() for r in records}
     from orchestrator.jobs import nodes
 
-    return nodes.refresh(records, inventory(), registry, say)
+    hosts = inventory()
+    check = _billing_check(records, hosts) if watch_billing else None
+    statuses = nodes.refresh(records, hosts, registry, say)
+    for line in check.warnings() if check is not None else []:
+        say(line)
+    return statuses
+
+
+def _billing_check(records: list[JobRecord], inventory: Inventory) -> DailyCheck | None:
+    """The daily look for unknown billing instances, started, over the accounts of the
+    provider hosts of ``records``' unfinished jobs (None when there are none)."""
+    asked = []
+    for name in sorted({name for r in records if r.state not in TERMINAL for name in r.hosts}):
+        try:
+            asked.append(inventory.get(name))
+        except OrchError:
+            continue  # nodes.refresh says why
+    if not any(h.provider is not None for h in asked):
+        return None
+    from orchestrator.providers.accounts import DailyCheck, accounts_of
+
+    return DailyCheck(inventory.home, accounts_of(asked), lambda: inventory.survey()[0]).start()
 
 
 @lru_cache(maxsize=256)

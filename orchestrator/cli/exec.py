@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 import threading
 import time
@@ -65,21 +64,6 @@ def run_streaming(proc: Process, forward_stdin: bool) -> int:
     return code
 
 
-def is_shell_line(words: list[str]) -> bool:
-    """One argument that a shell would have to quote (a space, ``|``, ``;``, ``&&``, ``>``,
-    ``$``, quotes, globs …) is a shell command line; a single plain word is a program, and
-    several arguments are an argv, passed on as they are."""
-    return len(words) == 1 and shlex.quote(words[0]) != words[0]
-
-
-def exec_argv(words: list[str], local: bool) -> list[str]:
-    """What runs: a shell line under ``bash -c`` (``bash -lc`` on an SSH host: the login
-    shell, so conda's PATH applies); an argv as it is (``exec``-ed by a login shell on SSH)."""
-    if is_shell_line(words):
-        return ["bash", "-c" if local else "-lc", words[0]]
-    return words if local else shell.login_argv(words)
-
-
 def _not_found_hint(host: str, words: list[str]) -> str:
     return (f"{host}: exit 127: {words[0]!r} was not found? To run a shell command line (a pipe, ;, &&, "
             f"a redirection, $VAR), pass it as ONE quoted argument: orch exec {host} -- 'nvidia-smi | head'")
@@ -119,12 +103,12 @@ def exec_cmd(app: App, host_name: str, argv: tuple[str, ...]) -> None:
 
             settle_on(Remote(host, transport), app.say)
         try:
-            proc = transport.start(exec_argv(words, local))
+            proc = transport.start(shell.user_argv(words, local))
         except FileNotFoundError:  # local: no such program (an SSH host's shell says so itself)
             print(f"{words[0]}: not found", file=sys.stderr)
             proc = None
         code = 127 if proc is None else run_streaming(proc, forward_stdin=not sys.stdin.isatty())
-    if code == 127 and not is_shell_line(words):
+    if code == 127 and not shell.is_shell_line(words):
         app.say(_not_found_hint(host_name, words))
     raise SystemExit(code)
 

@@ -1,8 +1,7 @@
 """``orch queue [HOST]``: each host's GPU queue (remote_payload/gpuqueue/queue.py, docs/queue.md).
 
-One ``queue`` request per host, asked in parallel. The reply is untrusted: every GPU and job
-row is checked against ``GPU_ROW`` / ``JOB_ROW`` (a malformed one is ``RemoteError``, exit 4),
-and text is cleaned before it reaches the terminal. Without HOST it asks the hosts of the
+What is asked, and how the untrusted reply is checked, is ``jobs/gpuqueue.py``; this module
+prints it, text cleaned before it reaches the terminal. Without HOST it asks the hosts of the
 registry's unfinished jobs; a host that cannot be asked is named and the others are shown,
 then the command exits with that host's error code (3 unreachable, 4 a remote failure).
 """
@@ -16,34 +15,13 @@ import click
 
 from orchestrator.cli.app import App, pass_app
 from orchestrator.display.table import Column, fit, width_for
-from orchestrator.errors import OrchError, RemoteError, UsageError
-from orchestrator.state.registry import TERMINAL
+from orchestrator.errors import OrchError
+from orchestrator.jobs import gpuqueue
 from orchestrator.termtext import clean
-from remote_payload.contract.protocol import NONE, NUMBER, OPT, REQUIRED, ProtocolError, Shape, check_shape
 
-GPU_ROW: Shape = {"index": (int, REQUIRED), "uuid": (str, REQUIRED), "total_mib": ((int, NONE), OPT),
-                  "used_mib": ((int, NONE), OPT), "busy": (bool, REQUIRED), "holder": ((str, NONE), OPT)}
-JOB_ROW: Shape = {"job_id": (str, REQUIRED), "node_rank": (int, REQUIRED), "state": (str, REQUIRED),
-                  "gpus": (list, REQUIRED), "need": ((int, str), REQUIRED), "memory_gb": ((int, float, NONE), OPT),
-                  "priority": (int, REQUIRED), "since": (NUMBER, REQUIRED), "granted": ((int, float, NONE), OPT),
-                  "position": ((int, NONE), OPT), "unsupervised": (bool, OPT)}
 COLUMNS = [Column("#", 2, right=True), Column("JOB", 0, required=True, min_width=8), Column("STATE", 1, required=True),
            Column("GPUS", 3), Column("NEEDS", 4), Column("PRIORITY", 5, right=True), Column("SINCE", 6)]
 STALE_S = 30.0  # an inventory older than this is shown with its age
-
-
-def checked(host: str, reply: dict[str, Any]) -> dict[str, Any]:
-    """``reply`` with each GPU and job row checked; ``RemoteError`` naming the host otherwise."""
-    try:
-        for i, gpu in enumerate(reply["gpus"]):
-            check_shape(f"GPU row {i}", gpu, GPU_ROW)
-        for i, job in enumerate(reply["jobs"]):
-            check_shape(f"job row {i}", job, JOB_ROW)
-            if job["state"] not in ("running", "waiting") or not all(type(g) is int for g in job["gpus"]):
-                raise ProtocolError(f"job row {i}: state {job['state'][:20]!r} or its GPUs are not the queue's")
-    except ProtocolError as exc:
-        raise RemoteError(f"{host}: orch's helper answered queue with a malformed reply: {exc}") from None
-    return reply
 
 
 def when(t: float, now: float) -> str:
@@ -85,16 +63,6 @@ def rows(reply: dict[str, Any], now: float) -> list[list[str]]:
     return out
 
 
-def hosts_to_ask(app: App, host: str | None) -> list[str]:
-    if host is not None:
-        return [host]
-    names: list[str] = []
-    for record in app.registry.all():
-        if record.state not in TERMINAL:
-            names += [n for n in record.hosts if n not in names]
-    return names
-
-
 @click.command("queue")
 @click.argument("host", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: one object per host.")
@@ -113,24 +81,12 @@ def queue_cmd(app: App, host: str | None, as_json: bool, wide: bool) -> None:
       orch queue
       orch queue box --json
     """
-    from orchestrator.jobs.nodes import call_node, parallel
-
-    names = hosts_to_ask(app, host)
+    names = gpuqueue.hosts_to_ask(app.registry, host)
     if not names:
         click.echo("no unfinished jobs: `orch queue HOST` shows that host's queue")
         return
     hosts = [app.inventory.get(name) for name in names]
-    for h in hosts:
-        if h.slurm:
-            raise UsageError(f"{h.name} is a Slurm cluster: its queue is Slurm's (orch exec {h.name} -- squeue)")
-
-    def ask(h: Any) -> dict[str, Any] | OrchError:
-        try:
-            return checked(h.name, call_node(h, app.inventory, "queue", timeout=60))
-        except OrchError as exc:
-            return exc
-
-    replies = parallel(ask, hosts)
+    replies = gpuqueue.ask(hosts, app.inventory)
     now, failed = time.time(), [r for r in replies if isinstance(r, OrchError)]
     if as_json:
         app.json([dict(r, host=h.name) for h, r in zip(hosts, replies) if not isinstance(r, OrchError)])

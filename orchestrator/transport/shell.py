@@ -1,7 +1,8 @@
 """The one place where argv lists become shell text.
 
 Every command that crosses SSH is an argv list until it reaches ``join``; nothing in orch
-formats shell text from strings by hand.
+formats shell text from strings by hand. The one shell line orch runs as it is, a person's
+own (``orch exec HOST -- 'a | b'``), is told apart from an argv here too (``user_argv``).
 """
 
 from __future__ import annotations
@@ -26,3 +27,19 @@ def login_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` run through ``bash -l`` (so conda's PATH and the profile's variables are
     there). ``exec`` replaces the shell, so signals and the exit code belong to the command."""
     return ["bash", "-lc", "exec " + join(argv)]
+
+
+def is_shell_line(words: Sequence[str]) -> bool:
+    """One argument that a shell would have to quote (a space, ``|``, ``;``, ``&&``, ``>``,
+    ``$``, quotes, globs …) is a shell command line; a single plain word is a program, and
+    several arguments are an argv, passed on as they are."""
+    return len(words) == 1 and shlex.quote(words[0]) != words[0]
+
+
+def user_argv(words: Sequence[str], local: bool) -> list[str]:
+    """What runs for a person's command (``orch exec``): a shell line under ``bash -c``
+    (``bash -lc`` on an SSH host: the login shell, so conda's PATH applies); an argv as it is
+    (``exec``-ed by a login shell on SSH, ``login_argv``)."""
+    if is_shell_line(words):
+        return ["bash", "-c" if local else "-lc", words[0]]
+    return list(words) if local else login_argv(words)

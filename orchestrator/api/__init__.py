@@ -1,4 +1,4 @@
-"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts.
+"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend.
 
 docs/python-api.md. Module-level functions use one ``Orch`` of this process's ``ORCH_HOME``; make an ``Orch`` for
 another home or to see orch's progress lines (``Orch(say=print)``). Results are frozen records
@@ -60,6 +60,11 @@ def resume(job: Any, on: Any = None, **options: Any) -> Job:
     return default().resume(job, on, **options)
 
 
+def spend(month: str | None = None) -> Any:
+    """``Orch.spend`` on the default ``Orch``."""
+    return default().spend(month)
+
+
 def hosts() -> list[HostInfo]:
     """``Orch.hosts`` on the default ``Orch``."""
     return default().hosts()
@@ -67,4 +72,4 @@ def hosts() -> list[HostInfo]:
 
 __all__ = ["Orch", "Job", "JobStatus", "FetchResult", "HostInfo", "OrchError", "UsageError", "SpecError", "HostError",
            "RemoteError", "SweepIncomplete", "submit", "status", "logs", "wait", "fetch", "cancel", "resume", "hosts",
-           "default"]
+           "spend", "default"]

@@ -1,4 +1,4 @@
-"""``Orch``: orch as a library — submit, status, logs, wait, fetch, cancel, resume, hosts.
+"""``Orch``: orch as a library — submit, status, logs, wait, fetch, cancel, resume, hosts, spend.
 
 The calls are the ones the commands make (the same submit sequence, follow, fetch and
 cancel), with results as frozen records (``results.py``: the fields ``--json`` prints) and
@@ -270,6 +270,16 @@ class Orch:
         data = {"job_id": record.job_id, "hosts": list(record.hosts), "job_dir": record.job_dir,
                 "state": record.state}
         return Job(record.job_id, tuple(record.hosts), record.job_dir, record.state, data=data)
+
+    # -- spend ---------------------------------------------------------------------------------
+
+    def spend(self, month: str | None = None) -> Any:
+        """What orch's jobs cost in ``month`` (``YYYY-MM``, default this one) per host and per
+        provider, from this laptop's records, with each provider account's balance: a
+        ``jobs.spend.Spend``, whose ``as_json()`` is ``orch spend --json``."""
+        from orchestrator.jobs.spend import provider_balance, spend
+
+        return spend(self.registry.all(), self.inventory, month, balance_of=provider_balance)
 
     # -- hosts ---------------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """``orch spend`` through the CLI over real jobs (issue 37, budgets): this month's cost per host and
 per provider from the laptop's records — a priced host's jobs cost what `orch status` showed, a
 job on `local` counts its hours with no cost — with no host asked; another month is empty; a
-wrong month is exit 2. Balances against a provider stand-in: tests/e2e/provider/test_budget.py."""
+wrong month is exit 2; the Python API answers the same. Balances against a provider stand-in: tests/e2e/provider/test_budget.py."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
 import pytest
@@ -41,6 +43,10 @@ def test_spend_sums_this_months_jobs_per_host_and_provider_from_the_records(orch
     table = orch("spend").stdout
     assert "3 job(s)" in table and "priced" in table and "local" in table, table
     assert f"{rows['priced']['cost']:.2f}" in table
+    api = subprocess.run([sys.executable, "-c", "import json; from orchestrator.api import spend; "
+                          "print(json.dumps(spend().as_json()))"], env=orch.env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert json.loads(api.stdout) == found  # the Python API's answer is the command's --json
 
     assert orch.json("spend", "--month", "2001-01") == dict(found, hosts=[], providers=[], jobs=[], month="2001-01")
     wrong = orch("spend", "--month", "December", check=2)

@@ -5,6 +5,7 @@ it, and the states of an instance whose container dies while it starts."""
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -100,3 +101,24 @@ def test_a_wrong_vast_key_exits_3_with_vasts_words(orch: Orch, vast: VastStandin
                    "--api-url", vast.url, "--yes", check=3)
     assert "error: vast search: the token was refused (HTTP 404): Invalid user key" in refused.stderr
     assert "not-the-key" not in refused.stderr and not (orch.home / "hosts" / "w1.json").exists()
+
+
+def test_the_stand_in_refuses_what_orch_must_not_send(vast: VastStandin) -> None:
+    """A create field outside the official client's body, a method a path does not take, and a
+    request without the key are refused, so a test fails when orch sends one."""
+    def call(method: str, path: str, body: dict[str, Any] | None, key: str | None) -> tuple[int, dict[str, Any]]:
+        req = urllib.request.Request(vast.url + path, method=method, data=None if body is None else
+                                     json.dumps(body).encode(), headers={"Authorization": f"Bearer {key}"} if key
+                                     else {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    status, body = call("PUT", "/api/v0/asks/4105/", {"client_id": "me", "image": "x", "disk": 10,
+                                                      "gpu_count": 1}, vast.token)
+    assert (status, body["msg"]) == (400, "unknown fields: gpu_count")
+    assert call("POST", "/api/v0/instances/81000001/", {}, vast.token)[0] == 405
+    assert call("GET", "/api/v0/users/current/", None, None) == (404, {"success": False, "error": "auth_error",
+                                                                       "msg": "Invalid user key"})

@@ -152,6 +152,13 @@ class Vast(Marketplace):
             raise ProviderError(self.name, "instance", "answer holds no instance")
         return row
 
+    def instance(self, instance_id: str) -> Instance:
+        """The instance as ``GET /instances/{id}/`` reports it, with its label, GPUs and start."""
+        row = self.row(instance_id)
+        if row is None:
+            return Instance(id=instance_id, state="released", status=self.gone)
+        return self._listed({**row, "id": instance_id})
+
     def instances(self) -> list[Instance]:
         """Every instance of the account: ``GET /api/v1/instances/`` page by page (the
         official client's ``show_instances``), else the v0 list where v1 is not served."""

@@ -142,3 +142,12 @@ def test_direct_ssh_where_the_instance_maps_its_port_22_and_the_proxy_otherwise(
         "id": 5, "actual_status": "running", "intended_status": "running", **row}})
     end = Vast("k", api["url"]).endpoint("5")
     assert (end.address, end.port) == endpoint
+
+
+def test_one_instance_carries_its_label_gpus_and_start_like_the_list(api: dict[str, Any]) -> None:
+    api["answer"] = lambda method, path, headers: reply(200, {"instances": {
+        "id": 5, "actual_status": "running", "intended_status": "running", "dph_total": 0.5, "label": "orch-g1\n",
+        "gpu_name": "RTX 4090", "num_gpus": 1, "start_date": "yesterday"}})
+    found = Vast("k", api["url"]).instance("5")
+    assert (found.id, found.state, found.price_per_hour, found.label, found.gpu, found.created_at) == (
+        "5", "running", 0.5, "orch-g1", "1x RTX 4090", None)

@@ -352,8 +352,11 @@ class VastStandin(StandinServer):
             self.create_fault = int(args.get("status", 502))
         elif action == "console_create":
             taken = set(self.rented.values())
-            offer = next(o for o in self.offers if o["id"] not in taken)
-            found["created"] = self._rent(offer, str(args.get("label", "from the web console")), False).id
+            offer = next((o for o in self.offers if o["id"] not in taken), None)
+            if offer is None:
+                found["error"] = "every offer is rented: destroy an instance first"
+            else:
+                found["created"] = self._rent(offer, str(args.get("label", "from the web console")), False).id
         elif action == "exit_on_start":
             self.exit_msg = str(args.get("status_msg", "Error response from daemon: container exited (stand-in)"))
         counts = {**self.proxied}

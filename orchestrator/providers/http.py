@@ -133,7 +133,7 @@ class JsonClient:
 def _words(raw: bytes) -> str:
     """A provider's error body as a short suffix for a message (untrusted: decoded, cut,
     control characters dropped)."""
-    text = raw.decode("utf-8", "replace").strip()
+    text, cited = raw.decode("utf-8", "replace").strip(), ""
     try:
         parsed = json.loads(text)
         if isinstance(parsed, dict):  # vast: msg/error; RFC 9457 problem (RunPod v2): detail, errors
@@ -141,7 +141,11 @@ def _words(raw: bytes) -> str:
                        or text)
             if isinstance(parsed.get("errors"), list) and parsed["errors"]:
                 text += " (" + "; ".join(str(e) for e in parsed["errors"][:5]) + ")"
+            rid = parsed.get("request_id")  # AutoDL's envelope: what its support asks for
+            if isinstance(rid, str) and rid.isascii() and len(rid) <= 128 \
+                    and rid.replace("-", "").replace("_", "").replace(".", "").isalnum():
+                cited = f" (request_id {rid})"
     except ValueError:
         pass
     text = clean(" ".join(text.split()))
-    return f": {text[:300]}" if text else ""
+    return f": {text[:300]}{cited}" if text else ""

@@ -126,6 +126,7 @@ def test_a_wrong_token_exits_3_with_the_providers_words_and_a_missing_one_exits_
     add(orch, autodl, "a3", 0)
     wrong = orch("up", "a3", env={TOKEN_ENV: "not-the-token"}, check=3)
     assert "error: autodl status: the token was refused (HTTP 401): token is invalid or expired" in wrong.stderr
+    assert f"(request_id {autodl.request_ids[-1]})" in wrong.stderr
     assert "not-the-token" not in wrong.stderr
     unset = orch("exec", "a3", "--", "true", env={TOKEN_ENV: ""}, check=2)
     assert f"${TOKEN_ENV} is not set" in unset.stderr

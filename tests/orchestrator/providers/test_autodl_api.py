@@ -133,6 +133,18 @@ def test_an_error_names_autodls_request_id_when_it_is_one(api: dict[str, Any], r
     assert str(caught.value) == "autodl power_off: 实例不存在" + shown
 
 
+def test_a_refused_token_names_the_request_id_of_autodls_http_error_body(api: dict[str, Any]) -> None:
+    api["answer"] = lambda m, p, h: (401, json.dumps({"code": "AuthorizeFailed", "msg": "token 已失效", "data": None,
+                                                      "request_id": "9b2c-11"}).encode())
+    with pytest.raises(ProviderAuthError) as caught:
+        AutoDL("t", api["url"]).balance()
+    assert str(caught.value) == "autodl balance: the token was refused (HTTP 401): token 已失效 (request_id 9b2c-11)"
+    api["answer"] = lambda m, p, h: (401, json.dumps({"msg": "no", "request_id": "有 spaces"}).encode())
+    with pytest.raises(ProviderAuthError) as caught:
+        AutoDL("t", api["url"]).balance()
+    assert str(caught.value).endswith("(HTTP 401): no")
+
+
 @pytest.mark.parametrize(("status", "state"), [("removing", "released"), ("removed", "released"),
                                                ("releasing", "released"), ("creating", "creating"),
                                                ("shutting_down", "stopping"), ("something_new", "unknown")])

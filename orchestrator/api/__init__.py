@@ -1,4 +1,5 @@
-"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend.
+"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend,
+instances.
 
 docs/python-api.md. Module-level functions use one ``Orch`` of this process's ``ORCH_HOME``; make an ``Orch`` for
 another home or to see orch's progress lines (``Orch(say=print)``). Results are frozen records
@@ -70,6 +71,11 @@ def hosts() -> list[HostInfo]:
     return default().hosts()
 
 
+def instances(provider: str | None = None, token_env: str | None = None, api_url: str | None = None) -> Any:
+    """``Orch.instances`` on the default ``Orch``."""
+    return default().instances(provider, token_env, api_url)
+
+
 __all__ = ["Orch", "Job", "JobStatus", "FetchResult", "HostInfo", "OrchError", "UsageError", "SpecError", "HostError",
            "RemoteError", "SweepIncomplete", "submit", "status", "logs", "wait", "fetch", "cancel", "resume", "hosts",
-           "spend", "default"]
+           "spend", "instances", "default"]

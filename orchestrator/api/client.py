@@ -281,6 +281,21 @@ class Orch:
 
         return spend(self.registry.all(), self.inventory, month, balance_of=provider_balance)
 
+    # -- instances -----------------------------------------------------------------------------
+
+    def instances(self, provider: str | None = None, token_env: str | None = None,
+                  api_url: str | None = None) -> Any:
+        """Every instance each provider account holds, as ``orch instances`` lists them: the
+        accounts the host entries name, or the one ``provider`` names (its token in
+        ``token_env``, default the provider's usual variable). A list of
+        ``providers.accounts.Holding`` (one per account: its instances, each with the host entry
+        naming it, ``unknown_billing`` and the commands; or its ``error`` and ``exit_code``,
+        never raised), whose ``as_json()`` is an element of ``orch instances --json``."""
+        from orchestrator.providers.accounts import accounts_for, list_accounts
+
+        hosts, _ = self.inventory.survey()
+        return list_accounts(accounts_for(hosts, provider, token_env, api_url), hosts)
+
     # -- hosts ---------------------------------------------------------------------------------
 
     def hosts(self) -> list[HostInfo]:

@@ -8,11 +8,8 @@ import click
 from orchestrator.cli.app import App, pass_app
 from orchestrator.display.progress import duration
 from orchestrator.display.table import Column, fit, width_for
-from orchestrator.errors import UsageError
-from orchestrator.providers.accounts import (Account, Holding, Listed, accounts_of, list_accounts,
-                                             raise_failures)
-from orchestrator.providers.http import check_api_url
-from orchestrator.providers.registry import NAMES, PROVIDERS
+from orchestrator.providers.accounts import Holding, Listed, accounts_for, list_accounts, raise_failures
+from orchestrator.providers.registry import NAMES
 from orchestrator.termtext import clean
 
 UNKNOWN = "billing, unknown to orch"
@@ -90,15 +87,8 @@ def instances_cmd(app: App, provider: str | None, token_env: str | None, api_url
       orch instances --provider vast --token-env VAST_API_KEY
       orch instances --json
     """
-    if provider is None and (token_env or api_url):
-        raise UsageError("--token-env and --api-url go with --provider")
     hosts, _ = app.inventory.survey()
-    if provider is not None:
-        if api_url:
-            check_api_url(api_url)
-        accounts = [Account(provider, token_env or PROVIDERS[provider].token_env, api_url)]
-    else:
-        accounts = accounts_of(hosts)
+    accounts = accounts_for(hosts, provider, token_env, api_url)
     holdings = list_accounts(accounts, hosts)
     if as_json:
         app.json([h.as_json() for h in holdings])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from orchestrator.errors import OrchError
+from orchestrator.errors import OrchError, UsageError
 from orchestrator.home import write_private
 from orchestrator.hosts.inventory import NAME_RE, Host
 from orchestrator.providers.api import Instance, NotSupported, State
+from orchestrator.providers.http import check_api_url
 from orchestrator.providers.open import open_named
 from orchestrator.providers.registry import PROVIDERS
 
@@ -127,6 +129,23 @@ def accounts_of(hosts: Iterable[Host]) -> list[Account]:
                    for h in hosts if h.provider is not None})
 
 
+def accounts_for(hosts: Iterable[Host], provider: str | None = None, token_env: str | None = None,
+                 api_url: str | None = None) -> list[Account]:
+    """The accounts to list: the one ``provider`` names (its token variable ``token_env``, else
+    the provider's usual one; ``api_url`` checked as ``providers/http.py`` checks it), else every
+    account ``hosts`` name. ``UsageError`` (exit 2) for ``token_env``/``api_url`` without
+    ``provider``, an unknown provider or a URL no token may go to."""
+    if provider is None:
+        if token_env or api_url:
+            raise UsageError("--token-env and --api-url go with --provider")
+        return accounts_of(hosts)
+    if provider not in PROVIDERS:
+        raise UsageError(f"unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
+    if api_url:
+        check_api_url(api_url)
+    return [Account(provider, token_env or PROVIDERS[provider].token_env, api_url)]
+
+
 def _name_for(account: Account, found: Instance, taken: set[str]) -> str:
     """A host name for an unknown instance: its label where that is a valid, free name, else
     ``PROVIDER-ID`` made valid."""
@@ -139,14 +158,17 @@ def _name_for(account: Account, found: Instance, taken: set[str]) -> str:
 
 def commands_for(account: Account, found: Instance, host: str, name: str) -> Commands:
     """The commands for one instance: for a known one (``host``) ``orch down``/``orch release``
-    of its entry; for an unknown one ``orch hosts add name`` first (AutoDL releases only a
-    powered-off instance, so its release powers off first)."""
+    of its entry; for an unknown one ``orch hosts add name`` first, with the provider's own
+    preset where it has one (its root on such a box), and AutoDL releases only a powered-off
+    instance, so its release powers off first."""
     adapter = PROVIDERS[account.provider].load()
     console = str(getattr(adapter, "console", "") or "")
     if host:
         return Commands(add="", power_off=f"orch down {host}", release=f"orch release {host}", console=console)
-    add = " ".join(["orch hosts add", name, "--provider", account.provider, "--instance", found.id,
-                    "--token-env", account.token_env] + (["--api-url", account.api_url] if account.api_url else []))
+    presets = [word for preset in PROVIDERS[account.provider].presets for word in ("--preset", preset)]
+    add = shlex.join(["orch", "hosts", "add", name, "--provider", account.provider, "--instance", found.id,
+                      "--token-env", account.token_env] + (["--api-url", account.api_url] if account.api_url else [])
+                     + presets)  # the id is the provider's text: quoted, so pasting it runs nothing else
     off_first = f"orch down {name} && " if adapter.release_needs_off else ""
     return Commands(add=add, power_off=f"{add} && orch down {name}",
                     release=f"{add} && {off_first}orch release {name}", console=console)

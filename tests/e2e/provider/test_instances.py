@@ -17,6 +17,7 @@ import pytest
 from orchestrator.api import Orch as PythonOrch
 from orchestrator.providers.accounts import CHECK_FILE, WARN_EVERY_S
 from tests.support.orch import Orch
+from tests.support.poll import wait_until
 from tests.support.standin.vast import VastStandin
 
 KEY = "ORCH_TEST_VAST_KEY"
@@ -40,11 +41,13 @@ def add_vast_host(orch: Orch, vast: VastStandin, name: str, instance: str, token
 
 
 def test_an_instance_rented_outside_orch_is_listed_as_billing_unknown_and_its_commands_work(
-        orch: Orch, vast: VastStandin) -> None:
+        orch: Orch, vast: VastStandin, monkeypatch: pytest.MonkeyPatch) -> None:
     orch.env[KEY] = vast.token
     known = from_the_console(vast, "known-box")
     stray = from_the_console(vast, "Forgotten In The Console")
     add_vast_host(orch, vast, "k1", known)
+    wait_until(lambda: all(vast.boxes[b].status == "running" for b in (known, stray)),
+               what="both console instances running", timeout=60)  # so two listings agree
 
     table = orch("instances")
     row = next(line for line in table.stdout.splitlines() if line.split()[2:3] == [stray])
@@ -65,6 +68,13 @@ def test_an_instance_rented_outside_orch_is_listed_as_billing_unknown_and_its_co
     assert listed[stray]["host"] is None and listed[stray]["unknown_billing"] and listed[stray]["billing"]
     assert listed[stray]["label"] == "Forgotten In The Console" and listed[stray]["age_s"] is not None
     assert listed[stray]["commands"]["add"] == add
+
+    monkeypatch.setenv(KEY, vast.token)
+    through_api = [h.as_json() for h in PythonOrch(home=orch.home).instances()]
+    for found in (through_api, [account]):
+        for item in found[0]["instances"]:
+            item.pop("age_s")
+    assert through_api == [account]
 
     orch(*shlex.split(add)[1:])  # the printed command, as a person would paste it
     (account,) = orch.json("instances")

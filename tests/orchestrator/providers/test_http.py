@@ -163,3 +163,7 @@ def test_plain_http_to_another_machine_is_refused_when_added_and_when_called(orc
     listed = orch("instances", "--provider", "vast", "--token-env", "K", "--api-url", "http://203.0.113.5",
                   env={"K": TOKEN}, check=2)
     assert "invalid --api-url: plain http to 203.0.113.5" in listed.stderr
+    rented = orch("rent", "g", "--provider", "vast", "--gpu", "RTX_4090", "--token-env", "K", "--yes",
+                  "--api-url", "http://203.0.113.5", env={"K": TOKEN}, check=2)
+    assert "plain http to 203.0.113.5 would send the token unencrypted" in rented.stderr
+    assert not (orch.home / "hosts" / "g.json").exists()

@@ -25,11 +25,10 @@ def money(amount: float | None, currency: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: hosts, providers, balances.")
 @pass_app
 def spend_cmd(app: App, month: str | None, as_json: bool) -> None:
-    """Show what orch's jobs cost this month, per host and per provider, from the prices and
-    run times this laptop recorded (no host is asked), and each provider account's balance
-    where the provider reports one.
+    """Show this month's cost of orch's jobs per host and per provider (from the laptop's
+    records: prices and run times) and each provider account's balance where it reports one.
 
-    A job's cost is what `orch status` shows as COST; a job on a host without a price counts
+    No host is asked. A job's cost is what `orch status` shows as COST; a job on a host without a price counts
     its hours only. Run `orch status` first to bring unfinished jobs' records up to date.
 
     \b

@@ -34,10 +34,11 @@ def _row(holding: Holding, item: Listed) -> list[str]:
 def _todo(item: Listed) -> list[str]:
     """What to run for one instance, a line or four."""
     found, do = item.instance, item.commands
+    off = do.power_off or "already off"
     if item.host:
-        return [f"{found.id} ({item.host}): power off: {do.power_off} · release: {do.release}"]
+        return [f"{found.id} ({item.host}): power off: {off} · release: {do.release}"]
     lines = [f"{found.id}, {UNKNOWN if item.billing else 'unknown to orch'}:", f"  add:       {do.add}",
-             f"  power off: {do.power_off}", f"  release:   {do.release}"]
+             f"  power off: {off}", f"  release:   {do.release}"]
     return lines + ([f"  by hand:   {do.console}"] if do.console else [])
 
 

@@ -68,8 +68,8 @@ class Account:
 
 @dataclass(frozen=True)
 class Commands:
-    """What to run for one instance: ``add`` (empty for a known one), ``power_off`` and
-    ``release`` (for an unknown one they start with adding it); ``console`` where a person can
+    """What to run for one instance: ``add`` (empty for a known one), ``power_off`` (empty for
+    one that is off) and ``release`` (for an unknown one they start with adding it); ``console`` where a person can
     do the same by hand."""
 
     add: str
@@ -102,7 +102,7 @@ class Listed:
                 "created_at": found.created_at.isoformat() if found.created_at else None,
                 "age_s": None if self.age_s is None else round(self.age_s), "host": self.host or None,
                 "billing": self.billing, "unknown_billing": self.unknown_billing,
-                "commands": {"add": self.commands.add or None, "power_off": self.commands.power_off,
+                "commands": {"add": self.commands.add or None, "power_off": self.commands.power_off or None,
                              "release": self.commands.release, "console": self.commands.console or None}}
 
 
@@ -160,17 +160,19 @@ def commands_for(account: Account, found: Instance, host: str, name: str) -> Com
     """The commands for one instance: for a known one (``host``) ``orch down``/``orch release``
     of its entry; for an unknown one ``orch hosts add name`` first, with the provider's own
     preset where it has one (its root on such a box), and AutoDL releases only a powered-off
-    instance, so its release powers off first."""
+    instance, so its release powers off first. An instance that is off has no power-off."""
     adapter = PROVIDERS[account.provider].load()
     console = str(getattr(adapter, "console", "") or "")
+    off = found.state == "off"
     if host:
-        return Commands(add="", power_off=f"orch down {host}", release=f"orch release {host}", console=console)
+        return Commands(add="", power_off="" if off else f"orch down {host}", release=f"orch release {host}",
+                        console=console)
     presets = [word for preset in PROVIDERS[account.provider].presets for word in ("--preset", preset)]
     add = shlex.join(["orch", "hosts", "add", name, "--provider", account.provider, "--instance", found.id,
                       "--token-env", account.token_env] + (["--api-url", account.api_url] if account.api_url else [])
                      + presets)  # the id is the provider's text: quoted, so pasting it runs nothing else
-    off_first = f"orch down {name} && " if adapter.release_needs_off else ""
-    return Commands(add=add, power_off=f"{add} && orch down {name}",
+    off_first = f"orch down {name} && " if adapter.release_needs_off and not off else ""
+    return Commands(add=add, power_off="" if off else f"{add} && orch down {name}",
                     release=f"{add} && {off_first}orch release {name}", console=console)
 
 

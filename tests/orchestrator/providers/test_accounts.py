@@ -32,6 +32,10 @@ def test_an_unknown_autodl_instance_is_added_with_its_preset_and_powered_off_bef
     assert do.release == f"{add} && orch down autodl-pro-4a1c2b3d && orch release autodl-pro-4a1c2b3d"
     known = commands_for(Account("vast", "K"), found, host="g1", name="")
     assert (known.add, known.power_off, known.release) == ("", "orch down g1", "orch release g1")
+    off = Instance(id="pro-5", state="off", status="shutdown")
+    unknown_off = commands_for(Account("autodl", "AUTODL_TOKEN"), off, host="", name="a5")
+    assert unknown_off.power_off == "" and unknown_off.release.endswith(" --preset autodl && orch release a5")
+    assert commands_for(Account("autodl", "AUTODL_TOKEN"), off, host="a5", name="").power_off == ""
 
 
 def test_a_providers_id_is_quoted_so_the_printed_command_runs_nothing_else() -> None:

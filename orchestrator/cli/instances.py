@@ -27,7 +27,7 @@ def _row(holding: Holding, item: Listed) -> list[str]:
     found = item.instance
     price = f"{found.price_per_hour:g} {found.currency}/h".strip() if found.price_per_hour is not None else "?"
     host = item.host or (UNKNOWN if item.billing else "unknown to orch")
-    return [f"{holding.account.provider} ${holding.account.token_env}", found.id, _state(item), price,
+    return [holding.account.key, found.id, _state(item), price,
             duration(item.age_s) or "?", host, found.gpu, found.label]
 
 

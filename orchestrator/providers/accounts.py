@@ -56,9 +56,9 @@ class Account:
 
     @property
     def key(self) -> str:
-        """``vast VAST_API_KEY`` (``@ URL`` added for another API): how messages and the
-        check file name it."""
-        return f"{self.provider} {self.token_env}" + (f" @ {self.api_url}" if self.api_url else "")
+        """``vast $VAST_API_KEY`` (``@ URL`` added for another API): how messages, the listing
+        and the check file name it."""
+        return f"{self.provider} ${self.token_env}" + (f" @ {self.api_url}" if self.api_url else "")
 
     def options(self) -> list[str]:
         """The options that name this account to ``orch hosts add``."""

@@ -50,9 +50,10 @@ def test_an_instance_rented_outside_orch_is_listed_as_billing_unknown_and_its_co
                what="both console instances running", timeout=60)  # so two listings agree
 
     table = orch("instances")
-    row = next(line for line in table.stdout.splitlines() if line.split()[2:3] == [stray])
+    rows = [line for line in table.stdout.splitlines() if line.startswith(f"vast ${KEY} @ {vast.url} ")]
+    row = next(line for line in rows if f" {stray} " in line)
     assert row.startswith(f"vast ${KEY}") and "billing, unknown to orch" in row and "USD/h" in row
-    assert " k1 " in next(line for line in table.stdout.splitlines() if line.split()[2:3] == [known])
+    assert " k1 " in next(line for line in rows if f" {known} " in line)
     assert f"{known} (k1): power off: orch down k1 · release: orch release k1" in table.stdout
     add = (f"orch hosts add forgotten-in-the-console --provider vast --instance {stray} --token-env {KEY} "
            f"--api-url {vast.url}")
@@ -93,9 +94,9 @@ def test_an_account_that_fails_is_one_line_and_the_others_are_still_listed(orch:
     add_vast_host(orch, vast, "gone", "81999998", token_env="ORCH_TEST_UNSET_KEY")
 
     refused = orch("instances", check=3)  # the first failed account's code: its key refused
-    assert f"vast ORCH_TEST_ROTATED_KEY @ {vast.url}: error: vast instances: the token was refused (HTTP 404)" \
+    assert f"vast $ORCH_TEST_ROTATED_KEY @ {vast.url}: error: vast instances: the token was refused (HTTP 404)" \
         in refused.stdout
-    assert f"vast ORCH_TEST_UNSET_KEY @ {vast.url}: error: the vast token variable $ORCH_TEST_UNSET_KEY is not set" \
+    assert f"vast $ORCH_TEST_UNSET_KEY @ {vast.url}: error: the vast token variable $ORCH_TEST_UNSET_KEY is not set" \
         in refused.stdout
     assert "2 of 2 provider accounts could not be listed" in refused.stderr
     add_vast_host(orch, vast, "new", stray)  # the same account with the good key

@@ -48,5 +48,5 @@ def test_an_account_that_cannot_list_is_one_line_and_no_failure() -> None:
     lines = lines_of([Holding(Account("runpod", "RUNPOD_API_KEY"),
                               error="listing the account's instances is not available", not_supported=True),
                       Holding(Account("vast", "VAST_API_KEY"))], width=None)
-    assert lines == ["runpod RUNPOD_API_KEY: listing the account's instances is not available (not supported)",
-                     "vast VAST_API_KEY: no instances"]
+    assert lines == ["runpod $RUNPOD_API_KEY: listing the account's instances is not available (not supported)",
+                     "vast $VAST_API_KEY: no instances"]

@@ -141,7 +141,7 @@ def test_orch_names_the_redirect_and_never_sends_the_token_there(orch: Orch, pai
     up = orch("up", "v7", check=3)
     assert f"a redirect to {elsewhere.url}/api/v0/instances/7/" in up.stderr
     listed = orch("instances", check=3)
-    assert f"vast ORCH_TEST_VAST_KEY @ {api.url}: error: vast instances: {api.url}/api/v" in listed.stdout
+    assert f"vast $ORCH_TEST_VAST_KEY @ {api.url}: error: vast instances: {api.url}/api/v" in listed.stdout
     assert f"a redirect to {elsewhere.url}" in listed.stdout
     assert "1 of 1 provider accounts could not be listed" in listed.stderr
     assert api.seen and all(h["Authorization"] == f"Bearer {TOKEN}" for _, _, h in api.seen)

@@ -223,17 +223,16 @@ def warning_for(account: Account, item: Listed) -> str:
 class DailyCheck:
     """``orch status``'s look for unknown billing instances, run in a thread beside its host
     contacts: ``start`` lists the accounts that are due against ``hosts()`` (every entry, read
-    in the thread), ``warnings`` waits for that listing
-    (never longer than the provider calls it makes, each bounded by ``ORCH_PROVIDER_TIMEOUT_S``)
-    and returns one line per unknown billing instance of an account not warned about within
+    in the thread), ``warnings`` waits for that listing (as long as its provider calls take,
+    each bounded by ``ORCH_PROVIDER_TIMEOUT_S``) and returns one line per unknown billing instance of an account not warned about within
     ``WARN_EVERY_S``, recording the times."""
 
     home: Path
     accounts: list[Account]
     hosts: Callable[[], list[Host]]
     now: float = field(default_factory=time.time)
-    _thread: threading.Thread | None = None
-    _found: list[Holding] = field(default_factory=list)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _found: list[Holding] = field(default_factory=list, init=False)
 
     @property
     def path(self) -> Path:

@@ -1,9 +1,9 @@
 """Nothing billing unnoticed, and a provider's error kept on its hosts (issue 37 items 4 and 7),
-through the CLI against the vast stand-in (real HTTP, real sshd instances): ``orch instances``
-marks an instance rented outside orch as billing and unknown, its commands add and release it,
-a failing account is one line and sets the exit code; ``orch status`` with a rotated token
-still shows every job, the provider host's with the provider's words, and says an unknown
-billing instance once a day."""
+through the CLI against the vast stand-in (real HTTP, real sshd instances; AutoDL's and
+RunPod's accounts listed through theirs): ``orch instances`` marks an instance rented outside
+orch as billing and unknown, its commands add and release it, a failing account is one line
+and sets the exit code; ``orch status`` with a rotated token still shows every job, the
+provider host's with the provider's words, and says an unknown billing instance once a day."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from orchestrator.api import Orch as PythonOrch
 from orchestrator.providers.accounts import CHECK_FILE, WARN_EVERY_S
 from tests.support.orch import Orch
 from tests.support.poll import wait_until
+from tests.support.standin.autodl import AutoDLStandin
+from tests.support.standin.runpod import RunPodStandin
 from tests.support.standin.vast import VastStandin
 
 KEY = "ORCH_TEST_VAST_KEY"
@@ -176,3 +178,16 @@ def test_a_rotated_token_leaves_every_other_hosts_jobs_in_status_and_an_unknown_
     orch("hosts", "add", "stray", "--provider", "vast", "--instance", stray, "--token-env", KEY, "--api-url", vast.url)
     orch("release", "stray", "--yes")
     assert not {rented, stray} & set(vast.billing())
+
+
+def test_autodl_and_runpod_accounts_are_listed_through_their_adapters(orch: Orch, autodl: AutoDLStandin,
+                                                                      runpod: RunPodStandin) -> None:
+    orch.env.update({"ORCH_TEST_AUTODL_TOKEN": autodl.token, "ORCH_TEST_RUNPOD_KEY": runpod.token})
+    (held,) = orch.json("instances", "--provider", "autodl", "--token-env", "ORCH_TEST_AUTODL_TOKEN",
+                        "--api-url", autodl.url)
+    assert held["error"] is None and {i["id"] for i in held["instances"]} == set(autodl.boxes)
+    for item in held["instances"]:  # the stand-in's instances are powered off: unknown, not billing
+        assert (item["state"], item["host"], item["billing"], item["unknown_billing"]) == ("off", None, False, False)
+        assert item["commands"]["power_off"] is None and "--preset autodl" in item["commands"]["add"]
+    table = orch("instances", "--provider", "runpod", "--token-env", "ORCH_TEST_RUNPOD_KEY", "--api-url", runpod.url)
+    assert table.stdout.strip() == f"runpod $ORCH_TEST_RUNPOD_KEY @ {runpod.url}: no instances"

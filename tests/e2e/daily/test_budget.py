@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from tests.support.orch import TICKER, Orch, write_job
 from tests.support.poll import wait_until
 from tests.support.sshd import SSHServer
@@ -39,6 +41,33 @@ def test_a_job_over_max_cost_stops_itself_checkpoints_and_powers_the_box_off(orc
     log = (job_dir / "logs" / "node0.log").read_text()
     assert "max_cost reached, powering off without waiting for `orch fetch`" in log, log
     assert "stopped: max_cost" in orch("status", job).stdout
+
+
+def test_every_attempt_counts_and_a_resume_after_a_budget_stop_grants_the_budget_again(
+        orch: Orch, sshd: SSHServer) -> None:
+    orch("hosts", "add", "priced", "--ssh", f"ssh -p {sshd.port} root@127.0.0.1", "--identity", str(sshd.client_key),
+         "--root", str(orch.remote_root), "--python", sys.executable, "--price-per-hour", str(PRICE), "--trust")
+    spec = write_job(orch.cwd, "attempts", "priced", ["python", "tick.py"], "max_cost: 3\n")  # 30 s in all
+    (orch.cwd / "ws" / "tick.py").write_text(TICKER)
+    job = orch.json("submit", str(spec))["job_id"]
+    outputs = orch.job_dir(job) / "outputs"
+    wait_until(lambda: any(outputs.glob("attempt-1-*")), what="the first attempt to run", timeout=120)
+    orch("cancel", job, "--grace", "10")  # by hand: the attempt's time still counts
+    first = orch.json("status", job)
+    assert first["state"] == "cancelled" and first["reason"] == "cancelled by SIGTERM"
+
+    orch("resume", job)
+    wait_until(lambda: orch.json("status", job).get("budget_reached") is True, what="the budget to stop attempt 2",
+               timeout=180)
+    second = orch.json("status", job)
+    assert second["attempt"] == 2 and second["run_s_before"] == pytest.approx(first["ended"] - first["started"], abs=0.01)
+    assert second["reason"].startswith("stopped: max_cost 3.00 reached (") and second["state"] == "cancelled"
+
+    orch("resume", job)  # after a budget stop: max_cost again, counted from 0
+    wait_until(lambda: any(outputs.glob("attempt-3-*")), what="the third attempt to run", timeout=120)
+    third = orch.json("status", job)
+    assert third["attempt"] == 3 and third["run_s_before"] == 0 and third["state"] == "running"
+    orch("cancel", job, "--grace", "10")
 
 
 def test_max_cost_on_a_host_without_a_price_is_refused_at_its_line(orch: Orch) -> None:

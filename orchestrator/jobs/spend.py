@@ -12,8 +12,9 @@ no connection to any host:
   cost;
 - a month is the laptop's local calendar month; a job running across its edge counts the part
   of its time inside it (its cost in proportion);
-- a multi-node job's cost and hours are shared evenly by its hosts; jobs that shared a box at
-  the same time each count their own, as ``orch status`` shows them;
+- a multi-node job's cost is shared evenly by its hosts, and each counts the job's hours (each
+  box ran them); jobs that shared a box at the same time each count their own, as
+  ``orch status`` shows them;
 - a job whose record is not finished counts until now: ``orch status`` brings its record up
   to date first (``unfinished`` says how many there are).
 

@@ -7,7 +7,9 @@ times the time its supervisors ran: this attempt's (from its start, the GPU queu
 the setup included, as ``orch status``'s ELAPSED counts) plus ``run_s_before``, what the
 earlier attempts ran (each from its start to its end, or to its last heartbeat when it never
 ended: the box went down). An ``orch resume`` of a job its budget stopped begins the count
-again (the resume grants another ``max_cost``); after any other end the count goes on.
+again (the resume grants another ``max_cost``); after any other end the count goes on. A move
+(``orch resume --on``) leaves a status.json without times on the new host (``move/job.py``):
+the count begins there, as ``first_started`` does.
 
 ``Watch`` is a ``jobdir/duties.py`` duty (``budget``) on every node: each node's supervisor
 counts the whole job's cost on its own clock and stops its own part, so every box of a

@@ -180,15 +180,16 @@ class AutoDL(Provider):
                 return row
         raise ProviderError(self.name, "list", f"no instance {instance_id} in this account")
 
-    def _snapshot(self, instance_id: str) -> dict[str, Any]:
+    def _snapshot(self, instance_id: str) -> tuple[dict[str, Any], str]:
+        """The snapshot and its request id."""
         data, rid = self._pro("GET", "snapshot", {"instance_uuid": instance_id})
         if not isinstance(data, dict):
             raise ProviderError(self.name, "snapshot", "answer holds no snapshot" + _cite(rid))
-        return data
+        return data, rid
 
     def _price(self, instance_id: str) -> float | None:
         """``payg_price`` of the snapshot in CNY per hour (AutoDL says milliyuan), None if absent."""
-        price = self._snapshot(instance_id).get("payg_price")
+        price = self._snapshot(instance_id)[0].get("payg_price")
         return round(price / 1000, 3) if isinstance(price, (int, float)) and price >= 0 else None
 
     def _instance(self, row: dict[str, Any], price: float | None) -> Instance:
@@ -209,7 +210,7 @@ class AutoDL(Provider):
 
     def instances(self) -> list[Instance]:
         """Every instance but the released ones; the price (one snapshot each) only for those
-        that bill for their GPU now (running or starting)."""
+        that bill or are about to (creating, starting, running)."""
         found = []
         for row in self._rows():
             known = self._instance(row, None)
@@ -235,12 +236,12 @@ class AutoDL(Provider):
         return STATES.get(status, "unknown"), status
 
     def endpoint(self, instance_id: str) -> Endpoint:
-        snap = self._snapshot(instance_id)
+        snap, rid = self._snapshot(instance_id)
         address, port, password = snap.get("proxy_host"), snap.get("ssh_port"), snap.get("root_password")
         if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int)
                 and 1 <= port <= 65535 and isinstance(password, str) and password):
             raise ProviderError(self.name, "snapshot", "no complete SSH endpoint yet (host, port and password); "
-                                "the instance may still be starting")
+                                "the instance may still be starting" + _cite(rid))
         return Endpoint(address=address, port=port, user=_user(snap.get("ssh_command")), password=password)
 
     def power_on(self, instance_id: str) -> None:

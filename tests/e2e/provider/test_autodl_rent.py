@@ -26,6 +26,15 @@ def admin(standin: AutoDLStandin, action: str, **args: Any) -> dict[str, Any]:
         return json.loads(answer.read())
 
 
+def api_call(standin: AutoDLStandin, action: str, body: dict[str, Any]) -> Any:
+    """One call of AutoDL's Pro API as a person makes it (the web console's instance, say)."""
+    req = urllib.request.Request(f"{standin.url}/api/v1/dev/instance/pro/{action}", method="POST",
+                                 data=json.dumps(body).encode(), headers={"Authorization": standin.token})
+    answer = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    assert answer["code"] == "Success", answer
+    return answer["data"]
+
+
 def rent(orch: Orch, standin: AutoDLStandin, name: str, *extra: str, check: int = 0) -> Any:
     orch.env[TOKEN_ENV] = standin.token
     return orch("rent", name, "--provider", "autodl", "--token-env", TOKEN_ENV, "--api-url", standin.url,
@@ -115,9 +124,32 @@ def test_a_create_that_fails_ambiguously_is_sent_once_and_says_what_to_check(
     (orphan,) = [b for b in autodl.boxes if b not in before]  # AutoDL did create one: a person releases it
     for action, then in (("power_off", "shutdown"), ("release", "released")):
         wait_until(lambda: autodl.boxes[orphan].status in ("running", "shutdown"), what="the orphan up", timeout=60)
-        req = urllib.request.Request(f"{autodl.url}/api/v1/dev/instance/pro/{action}", method="POST",
-                                     data=json.dumps({"instance_uuid": orphan}).encode(),
-                                     headers={"Authorization": autodl.token})
-        assert json.loads(urllib.request.urlopen(req, timeout=10).read())["code"] == "Success"
+        api_call(autodl, action, {"instance_uuid": orphan})
         wait_until(lambda: autodl.boxes[orphan].status == then, what=f"the orphan {then}", timeout=60)
+    assert autodl.billing() == []
+
+
+def test_orch_instances_lists_the_rented_instance_by_its_host_and_one_made_elsewhere_as_unknown(
+        orch: Orch, autodl: AutoDLStandin) -> None:
+    rent(orch, autodl, "d4", "--gpu", "5090", "--yes", "--root", "~/orch")
+    mine = json.loads((orch.home / "hosts" / "d4.json").read_text())["provider"]["instance"]
+    other = api_call(autodl, "create", {"req_gpu_amount": 2, "expand_system_disk_by_gb": 0, "gpu_spec_uuid": "h800",
+                                        "image_uuid": "base-image-l2t43iu6uk", "cuda_v_from": 118,
+                                        "instance_name": "forgotten"})
+    wait_until(lambda: autodl.boxes[other].status == "running", what="the other instance running", timeout=60)
+    (account,) = orch.json("instances")
+    assert (account["provider"], account["token_env"], account["error"]) == ("autodl", TOKEN_ENV, None)
+    listed = {i["id"]: i for i in account["instances"]}
+    assert listed[mine]["host"] == "d4" and listed[mine]["label"] == "orch-d4" and listed[mine]["gpu"] == "1x 5090-32G"
+    assert (listed[mine]["price_per_hour"], listed[mine]["currency"]) == (2.88, "CNY")
+    assert listed[other]["host"] is None and listed[other]["unknown_billing"] is True
+    assert (listed[other]["label"], listed[other]["gpu"], listed[other]["price_per_hour"]) == \
+        ("forgotten", "2x H800-80G", 17.76)
+    assert listed[other]["created_at"] is not None
+    assert not [i for i in account["instances"] if i["state"] == "released"]  # d1 was released above
+    orch("down", "d4")
+    orch("release", "d4", "--yes")
+    api_call(autodl, "power_off", {"instance_uuid": other})
+    wait_until(lambda: autodl.boxes[other].status == "shutdown", what="the other instance off", timeout=60)
+    api_call(autodl, "release", {"instance_uuid": other})
     assert autodl.billing() == []

@@ -1,5 +1,4 @@
-"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend,
-instances.
+"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend, instances.
 
 docs/python-api.md. Module-level functions use one ``Orch`` of this process's ``ORCH_HOME``; make an ``Orch`` for
 another home or to see orch's progress lines (``Orch(say=print)``). Results are frozen records

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -153,3 +154,34 @@ def test_orch_instances_lists_the_rented_instance_by_its_host_and_one_made_elsew
     wait_until(lambda: autodl.boxes[other].status == "shutdown", what="the other instance off", timeout=60)
     api_call(autodl, "release", {"instance_uuid": other})
     assert autodl.billing() == []
+
+
+def test_the_stand_in_refuses_what_autodl_would_so_orch_cannot_pass_by_sending_it(autodl: AutoDLStandin) -> None:
+    def call(method: str, path: str, body: dict[str, Any] | None, token: str = autodl.token) -> tuple[int, Any]:
+        req = urllib.request.Request(f"{autodl.url}{path}", method=method, headers={"Authorization": token},
+                                     data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    create = {"req_gpu_amount": 1, "expand_system_disk_by_gb": 0, "gpu_spec_uuid": "4090D",
+              "image_uuid": "base-image-l2t43iu6uk", "cuda_v_from": 118}
+    before = len(autodl.boxes)
+    for body, words in [({k: v for k, v in create.items() if k != "cuda_v_from"}, "cuda_v_from is required"),
+                        ({**create, "disk": 40}, "unknown field disk"),
+                        ({**create, "req_gpu_amount": "1"}, "req_gpu_amount has the wrong type"),
+                        ({**create, "req_gpu_amount": 5}, "req_gpu_amount 1-4"),
+                        ({**create, "gpu_spec_uuid": "RTX 4090"}, "算力规格 RTX 4090 不存在"),
+                        ({**create, "data_center_list": ["moon"]}, "data_center_list")]:
+        status, answer = call("POST", "/api/v1/dev/instance/pro/create", body)
+        assert status == 200 and answer["code"] == "InvalidParams" and words in answer["msg"], answer
+        assert answer["request_id"] and answer["data"] is None
+    assert len(autodl.boxes) == before
+    assert call("POST", "/api/v1/dev/instance/pro/status", {"instance_uuid": "x"}) == (404, "404 page not found")
+    assert call("GET", "/api/v1/dev/wallet/balance", None) == (404, "404 page not found")
+    status, refused = call("POST", "/api/v1/dev/wallet/balance", {}, token="Bearer " + autodl.token)
+    assert status == 401 and refused["code"] == "AuthorizeFailed" and refused["request_id"]
+    status, wallet = call("POST", "/api/v1/dev/wallet/balance", {})
+    assert status == 200 and set(wallet["data"]) == {"assets", "accumulate", "voucher_balance"}

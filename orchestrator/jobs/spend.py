@@ -19,7 +19,8 @@ no connection to any host:
   to date first (``unfinished`` says how many there are).
 
 Balances are the one thing asked of a provider: ``Provider.balance()`` once per account orch
-knows from its host entries (provider, token variable, API URL). A failure, a missing token or
+knows from its host entries (``providers/accounts.py``'s ``accounts_of``: provider, token
+variable, API URL). A failure, a missing token or
 a provider that reports none is one line (``Balance.note``), never an error of the command.
 """
 
@@ -31,8 +32,9 @@ from datetime import datetime
 from typing import Any, Callable
 
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.hosts.inventory import Host, Inventory, ProviderRef
+from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.plan.budget import currency_of
+from orchestrator.providers.accounts import Account, accounts_of
 from orchestrator.state.registry import SUBMITTING, TERMINAL, JobRecord
 
 
@@ -137,10 +139,10 @@ def _job_cost(record: JobRecord, hosts: list[Host | None], elapsed: float) -> fl
 
 
 def spend(records: list[JobRecord], inventory: Inventory, month: str | None = None,
-          balance_of: Callable[[ProviderRef], Any] | None = None, now: float | None = None) -> Spend:
+          balance_of: Callable[[Account], Any] | None = None, now: float | None = None) -> Spend:
     """The month's ``Spend`` of ``records`` (the registry's jobs), the sums as the module says.
-    ``balance_of(ref)``: the account's ``Balance`` or None (``Provider.balance`` of the opened
-    provider; None: no balances asked). Reads no host."""
+    ``balance_of(account)``: the account's ``Balance`` or None (``provider_balance``; None: no
+    balances asked). Reads no host."""
     now = time.time() if now is None else now
     label, start, end = month_bounds(month, now)
     rows: dict[str, dict[str, Any]] = {}
@@ -192,40 +194,31 @@ def _by_provider(hosts: list[HostSpend]) -> list[ProviderSpend]:
                           hosts=[r.host for r in rows]) for (p, c), rows in sorted(groups.items())]
 
 
-def accounts(inventory: Inventory) -> list[ProviderRef]:
-    """Each provider account the host entries name (provider, token variable, API URL), once,
-    in the entries' order; entries that cannot be read are left out."""
-    found: dict[tuple[str, str, str | None], ProviderRef] = {}
-    for host in inventory.survey()[0]:
-        if host.provider is not None:
-            ref = host.provider
-            found.setdefault((ref.name, ref.token_env, ref.api_url), ref)
-    return list(found.values())
-
-
-def balances(inventory: Inventory, balance_of: Callable[[ProviderRef], Any]) -> list[AccountBalance]:
-    """``balance_of`` for each of ``accounts``; a failure or None is the account's ``note``."""
+def balances(inventory: Inventory, balance_of: Callable[[Account], Any]) -> list[AccountBalance]:
+    """``balance_of`` for each account the usable host entries name (``accounts_of``), once;
+    a failure or None is the account's ``note``."""
     out = []
-    for ref in accounts(inventory):
+    for account in accounts_of(inventory.survey()[0]):
+        head = (account.provider, account.token_env, account.api_url)
         try:
-            found = balance_of(ref)
+            found = balance_of(account)
         except OrchError as exc:
-            out.append(AccountBalance(ref.name, ref.token_env, ref.api_url, None, "", str(exc).splitlines()[0]))
+            out.append(AccountBalance(*head, None, "", str(exc).splitlines()[0]))
             continue
         if found is None:
-            out.append(AccountBalance(ref.name, ref.token_env, ref.api_url, None, "", f"{ref.name} reports no balance"))
+            out.append(AccountBalance(*head, None, "", f"{account.provider} reports no balance"))
         else:
-            out.append(AccountBalance(ref.name, ref.token_env, ref.api_url, float(found.amount), str(found.currency)))
+            out.append(AccountBalance(*head, float(found.amount), str(found.currency)))
     return out
 
 
-def provider_balance(ref: ProviderRef) -> Any:
+def provider_balance(account: Account) -> Any:
     """The account's ``Balance`` (or None), the provider opened with its token: ``balance_of``
     for ``spend`` (a provider without the call reports none: ``NotSupported`` is None too)."""
     from orchestrator.providers.api import NotSupported
-    from orchestrator.providers.open import open_provider
+    from orchestrator.providers.open import open_named
 
     try:
-        return open_provider(ref).balance()
+        return open_named(account.provider, account.token_env, account.api_url).balance()
     except NotSupported:
         return None

@@ -13,6 +13,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, Inventory, ProviderRef
 from orchestrator.jobs.spend import month_bounds, spend
+from orchestrator.providers.accounts import Account
 from orchestrator.providers.api import Balance, ProviderAuthError
 from orchestrator.state.registry import JobRecord
 
@@ -64,9 +65,9 @@ def test_balances_are_asked_once_per_account_and_a_failure_is_one_line(inventory
                                                                            token_env="TOK_V")))
     asked = []
 
-    def balance_of(ref: ProviderRef) -> Balance | None:
-        asked.append(ref.token_env)
-        if ref.name == "vast":
+    def balance_of(account: Account) -> Balance | None:
+        asked.append(account.token_env)
+        if account.provider == "vast":
             raise ProviderAuthError("vast", "balance", "the token was refused (HTTP 404)")
         return Balance(12.5, "CNY")
 

@@ -79,8 +79,9 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "release": ("provision", "Give a provider host's instance back for good (AutoDL: a powered-off one; vast, "
                              "RunPod: destroyed in any state; its disks are deleted) and remove the host entry. Asks "
                              "first; --yes for scripts."),
-    "rent": ("rent", "Rent a GPU instance on vast.ai or RunPod: search offers, show the best one and its price, "
-                     "create it after a yes (or --yes), wait until SSH answers, and add it as a host."),
+    "rent": ("rent", "Rent a GPU instance on vast.ai or RunPod (search offers, show the best one and its price) or an "
+                     "AutoDL Pro instance (the GPU specification, image and region you name), create it after a yes "
+                     "(or --yes), wait until SSH answers, and add it as a host."),
     "resume": ("resume", "Relaunch a failed, lost or cancelled job (--on HOST: on another host); the built-in trainer "
                          "continues from its latest complete checkpoint."),
     "schema": ("check", "Print the JSON Schema of job.yaml (for editors: yaml-language-server)."),

@@ -1,7 +1,8 @@
 """Provider hosts powered on and proven, around the commands that need them: the SSH login
 that proves a box answers (``login``), the provider's price kept in the entry
 (``remember_price``), a job's hosts that are off powered on before its submit after a yes
-(``power_on_first``) and off after a watched job with ``on_finish.power_off``
+(``power_on_first``), powered back off when that submit then fails before a job started
+there (``PoweredHere``), off after a watched job with ``on_finish.power_off``
 (``power_off_after``), a running one made ready for the system ssh and VSCode
 (``ready_for_system_ssh``), and what ``orch hosts check`` says of one before the checks on the
 box (``instance_ready``).
@@ -13,20 +14,24 @@ The providers' code is imported only when a host has a provider (a plain submit 
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Callable
 
 from orchestrator.access import keys
 from orchestrator.access.connect import ask_on_tty, open_transport
 from orchestrator.errors import UsageError
 from orchestrator.hosts.sshconfig import remember_seen
+from orchestrator.state.registry import SUBMITTING
 from orchestrator.transport.base import never
 
 if TYPE_CHECKING:
     from orchestrator.hosts.inventory import Host, Inventory
     from orchestrator.spec.load import LoadedSpec
+    from orchestrator.state.registry import JobRecord, Registry
 
 
 def login(inventory: Inventory, say: Callable[[str], None], trust: bool) -> Callable[[Host], None]:
@@ -73,13 +78,16 @@ class PowerOn:
 
 def power_on_first(inventory: Inventory, loaded: LoadedSpec, spec_file: Path, *, yes: bool,
                    confirm: Callable[[str], bool | None], say: Callable[[str], None],
-                   dry_run: bool = False) -> PowerOn:
+                   dry_run: bool = False, powered: PoweredHere | None = None) -> PowerOn:
     """Power on every provider host of the job that is off, each after ``yes`` or a yes from
     ``confirm(question)``, and wait until SSH answers. ``UsageError`` (exit 2) when the answer
     is no, or None (no one to ask: the message gives the command with ``--yes``); nothing is
     submitted then. A dry run powers nothing on: it says what it would and returns
     ``go_on=False`` with those hosts (the plan needs the box on: it asks the host's helper
-    for its facts). A job without provider hosts loads no provider code."""
+    for its facts). A job without provider hosts loads no provider code. ``powered``: each
+    host is added to it right before its power-on, so that a failure from then on (this
+    host's SSH wait, a moved host key, the next host refused, the submit itself) powers it
+    back off when no job started there (``PoweredHere``)."""
     hosts = provider_hosts(inventory, loaded)
     if not hosts:
         return PowerOn(True)
@@ -110,9 +118,109 @@ def power_on_first(inventory: Inventory, loaded: LoadedSpec, spec_file: Path, *,
                              f"orch submit {shlex.quote(str(spec_file))} --yes (or first: orch up {host.name})")
         if not answer:
             raise UsageError(f"{host.name} is off and stays off: nothing was submitted")
+        if powered is not None:
+            powered.add(host)
         bring_up(host, say, login(inventory, say, trust=False))
         remember_price(inventory, host)
     return PowerOn(True)
+
+
+class PoweredHere:
+    """The provider hosts this command powered on for its submit (``power_on_first`` adds
+    each), powered back off when the submit fails before a job started on them: nothing left
+    billing by orch's own failure.
+
+    A context manager, entered around the power-on and around the submit (more than once is
+    fine). When an exception (an ``OrchError``, ``SweepIncomplete``, Ctrl-C) leaves it, each
+    host added is judged by the job records this command added or changed on it since the
+    first power-on (``started``; a record that existed then counts only if it was a
+    reservation: an older job's state refreshed meanwhile is not this submit's): a job
+    there that is no longer a reservation started — the
+    host stays on, silently; a reservation whose submit ended before its launch (its
+    ``submit`` ending recorded with ``launching`` false) or none at all: nothing started — the
+    host is powered back off (``bring_down``) after ``ask(question)`` says yes or None (no
+    one to ask, or ``--yes``: no question), each said as "HOST: powered back off — orch
+    powered it on for this submit, which failed: WHY"; any other reservation (its launch was
+    out, or its ending unknown): unsure, so the host stays on and that is said with ``orch
+    down HOST``. A power-off that fails is one warning line naming ``orch down HOST``. The
+    exception always goes on as it was (its message and exit code unchanged); the hosts are
+    judged once. Nothing happens on a normal exit: a submit that returned started its job."""
+
+    def __init__(self, registry: Registry, *, ask: Callable[[str], bool | None], say: Callable[[str], None]) -> None:
+        self.registry, self.ask, self.say = registry, ask, say
+        self.hosts: list[Host] = []
+        self.before: dict[str, tuple[str, str]] | None = None  # job id -> (state, record) at the first power-on
+
+    def add(self, host: Host) -> None:
+        """``host`` is about to be powered on by this command."""
+        if self.before is None:
+            self.before = {r.job_id: (r.state, _fingerprint(r)) for r in self.registry.all()}
+        self.hosts.append(host)
+
+    def __enter__(self) -> PoweredHere:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None and self.hosts and not isinstance(exc, GeneratorExit):
+            self.undo(exc)
+
+    def started(self, host: Host) -> tuple[str, str | None]:
+        """``("yes" | "no" | "unsure", job id)``: whether a job of this command started on
+        ``host``, from the records it added or changed there (see the class docstring);
+        unsure when the registry cannot be read."""
+        before = self.before or {}
+
+        def ours(record: JobRecord) -> bool:
+            was = before.get(record.job_id)
+            return was is None or (was[0] == SUBMITTING and was[1] != _fingerprint(record))
+        try:
+            changed = [r for r in self.registry.all() if host.name in r.hosts and ours(r)]
+        except Exception:  # noqa: BLE001 - a registry that cannot be read: unsure, so the box stays on
+            return "unsure", None
+        ran = next((r for r in changed if r.state != SUBMITTING), None)
+        if ran is not None:
+            return "yes", ran.job_id
+        ended = [r.detail.get("submit") for r in changed]
+        unsure = next((r for r, e in zip(changed, ended)
+                       if not (isinstance(e, dict) and e.get("launching") is False)), None)
+        return ("unsure", unsure.job_id) if unsure is not None else ("no", None)
+
+    def undo(self, exc: BaseException) -> None:
+        """Power back off each host added where no job started (the class docstring)."""
+        from orchestrator.access.provisioned import bring_down
+        from orchestrator.providers.open import provider_of
+
+        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else \
+            (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        hosts, self.hosts = self.hosts, []
+        for host in hosts:
+            assert host.provider is not None
+            how, job = self.started(host)
+            if how == "yes":
+                continue
+            if how == "unsure":
+                self.say(f"{host.name}: left on (billing) — a job of this submit may have started there"
+                         + (f" ({job}: orch status {job})" if job else "") + f"; orch down {host.name} powers it off")
+                continue
+            try:
+                state, _ = provider_of(host).state(host.provider.instance)
+                if state == "off":  # its power-on never happened (out of stock): nothing to undo
+                    continue
+                if self.ask(f"Power {host.name} back off (billing stops)?") is False:
+                    self.say(f"{host.name}: left on (billing); orch down {host.name} powers it off")
+                    continue
+                bring_down(host, self.say)
+            except Exception as err:  # noqa: BLE001 - the submit's own error is what the command reports
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                self.say(f"warning: {host.name}: powering it back off failed ({first}): orch down {host.name}")
+                continue
+            self.say(f"{host.name}: powered back off — orch powered it on for this submit, which failed: {why}")
+
+
+def _fingerprint(record: JobRecord) -> str:
+    """What of a job record tells that a command changed it: its state and detail."""
+    return json.dumps([record.state, record.detail], sort_keys=True, default=str)
 
 
 def power_off_after(inventory: Inventory, loaded: LoadedSpec, say: Callable[[str], None]) -> None:

@@ -81,8 +81,11 @@ class Orch:
         as ``--sweep key=v1,v2`` (with the file's ``sweep:`` block, a sweep: a list of ``Job``,
         ``SweepIncomplete`` when some combinations did not start); ``hosts``: a sweep's pool
         (``--hosts``), or for one job the hosts it runs on instead of the file's ``hosts:``.
-        ``yes``: power on a provider host that is off (else ``UsageError``)."""
-        from orchestrator.access.power import power_on_first
+        ``yes``: power on a provider host that is off (else ``UsageError``); when the submit
+        then fails before a job started there (its error raised as it is), each host it powered
+        on is powered back off, said through ``say`` (``access.power.PoweredHere``: a host where
+        a job may have started stays on)."""
+        from orchestrator.access.power import PoweredHere, power_on_first
         from orchestrator.sweep.expand import axes_of
 
         loaded = self._load(job)
@@ -90,15 +93,17 @@ class Orch:
         axes = axes_of(loaded, flags)
         if hosts is not None and not axes:
             loaded = self._on_hosts(loaded, list(hosts))
-        power_on_first(self.inventory, loaded, loaded.path, yes=yes, confirm=lambda _: None, say=self.say)
-        if axes:
-            return self._submit_sweep(loaded, axes, sweep_name, only, hosts, force, pull_remote_edits)
-        if sweep_name is not None or only is not None:
-            raise UsageError("sweep_name and only choose a sweep's combinations: give sweep= or a sweep: block")
-        from orchestrator.jobs.submit import checked_submit
+        with PoweredHere(self.registry, ask=lambda _: None, say=self.say) as here:
+            power_on_first(self.inventory, loaded, loaded.path, yes=yes, confirm=lambda _: None, say=self.say,
+                           powered=here)
+            if axes:
+                return self._submit_sweep(loaded, axes, sweep_name, only, hosts, force, pull_remote_edits)
+            if sweep_name is not None or only is not None:
+                raise UsageError("sweep_name and only choose a sweep's combinations: give sweep= or a sweep: block")
+            from orchestrator.jobs.submit import checked_submit
 
-        done = checked_submit(loaded, self.inventory, self.registry, say=self.say, force=force,
-                              pull_remote_edits=pull_remote_edits, trust=never)
+            done = checked_submit(loaded, self.inventory, self.registry, say=self.say, force=force,
+                                  pull_remote_edits=pull_remote_edits, trust=never)
         data = done.as_json()
         return Job(data["job_id"], tuple(data["hosts"]), data["job_dir"], "pending", data=data)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.access.power import power_on_first
+from orchestrator.access.power import PoweredHere, power_on_first
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import SweepIncomplete, UsageError
@@ -51,7 +51,9 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
                    "job file's hosts: (a submit that left combinations out prints this command for them).")
 @click.option("--priority", type=int, default=None, metavar="N",
               help="Set launch.priority to N for this submit (every job of a sweep).")
-@click.option("-y", "--yes", is_flag=True, help="Power on a provider host that is off without asking.")
+@click.option("-y", "--yes", is_flag=True,
+              help="Power on a provider host that is off without asking (and back off without asking when the "
+                   "submit then fails before its job started there).")
 @pass_app
 def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
                as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool, sweeps: tuple[str, ...],
@@ -82,31 +84,36 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--watch-interval and --keep-checkpoints go with --watch")
     overrides = [Axis("launch.priority", ((priority, str(priority)),), "--priority")] if priority is not None else []
-    powered = power_on_first(app.inventory, loaded, spec_file, yes=yes, dry_run=dry_run, say=app.say,
-                             confirm=lambda question: confirm(question, default=False))  # provider hosts that are off
-    if not powered.go_on:  # a dry run stops at what it would power on
-        if as_json:
-            app.json({"dry_run": True, "power_on": list(powered.would_power_on)})
-        return
-    axes = axes_of(loaded, sweeps)
-    if axes:
-        if follow or watch:
-            raise UsageError("--follow and --watch follow one job and a sweep starts several: "
-                             "orch status --sweep NAME -w, or orch logs JOB -f for one of them")
-        given = [str(spec_file), *(w for flag in sweeps for w in ("--sweep", flag)),
-                 *(["--priority", str(priority)] if priority is not None else [])]
-        submit_a_sweep(app, loaded, axes, overrides, SweepChoice(sweep_name, only_text, hosts_text, given), dry_run,
-                       force, pull_remote_edits, as_json)
-        return
-    for flag, value, what in (("--sweep-name", sweep_name, "names a sweep"), ("--only", only_text, "chooses "
-                              "combinations of a sweep"), ("--hosts", hosts_text, "is the host pool of a sweep")):
-        if value is not None:
-            raise UsageError(f"{flag} {what}: give --sweep KEY=V1,V2 or a sweep: block in the job file")
-    if overrides:
-        loaded = expand(loaded, [], overrides, None)[0].loaded
+    # provider hosts this submit powers on go back off when it fails before a job started there
+    here = PoweredHere(app.registry, say=app.say,
+                       ask=(lambda _: None) if yes else (lambda question: confirm(question, default=True)))
+    with here:
+        powered = power_on_first(app.inventory, loaded, spec_file, yes=yes, dry_run=dry_run, say=app.say,
+                                 confirm=lambda question: confirm(question, default=False), powered=here)
+        if not powered.go_on:  # a dry run stops at what it would power on
+            if as_json:
+                app.json({"dry_run": True, "power_on": list(powered.would_power_on)})
+            return
+        axes = axes_of(loaded, sweeps)
+        if axes:
+            if follow or watch:
+                raise UsageError("--follow and --watch follow one job and a sweep starts several: "
+                                 "orch status --sweep NAME -w, or orch logs JOB -f for one of them")
+            given = [str(spec_file), *(w for flag in sweeps for w in ("--sweep", flag)),
+                     *(["--priority", str(priority)] if priority is not None else [])]
+            submit_a_sweep(app, loaded, axes, overrides, SweepChoice(sweep_name, only_text, hosts_text, given),
+                           dry_run, force, pull_remote_edits, as_json)
+            return
+        for flag, value, what in (("--sweep-name", sweep_name, "names a sweep"), ("--only", only_text, "chooses "
+                                  "combinations of a sweep"), ("--hosts", hosts_text, "is the host pool of a sweep")):
+            if value is not None:
+                raise UsageError(f"{flag} {what}: give --sweep KEY=V1,V2 or a sweep: block in the job file")
+        if overrides:
+            loaded = expand(loaded, [], overrides, None)[0].loaded
     with ExitStack() as connections:  # kept open for --follow: it reads the log on the same ones
-        done = checked_submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
-                              pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
+        with here:
+            done = checked_submit(loaded, app.inventory, app.registry, say=app.say, dry_run=dry_run, force=force,
+                                  pull_remote_edits=pull_remote_edits, keep=connections if follow else None)
         plan = done.plan
         if dry_run and as_json:  # the plan with what would be synced and what the ignore rules leave out
             app.json({"dry_run": True, "plan": plan.model_dump(mode="json"), "selection": done.selection})

@@ -13,7 +13,9 @@ finds it from any directory). Contracts:
 * a failing round (``HostError``/``RemoteError``: a dropped link, a server asleep, the laptop
   just woken) never ends the watch: it is retried with a bounded backoff, and one
   "link lost … retrying" / "link back" pair is said per outage; a long pause between rounds
-  (the laptop slept) is just a late round;
+  (the laptop slept) is just a late round; a provider that cannot be asked is an outage too,
+  but a provider box its provider says is off, released or failed ends the watch with its
+  words and the way on (``jobs/nodes.py``: ``stopped_with_box``, exit 1);
 * a round with nothing new moves no file data and reads no local file again (``verified.py``);
 * the watch ends by itself after the first successful round that sees every node's job
   settled (``contract.protocol.SETTLED``): that round was the final fetch; the job's status is then
@@ -24,7 +26,7 @@ the log, then does the final fetch in the caller's thread. ``watch_to_end`` is t
 ``orch fetch --watch`` without a terminal: what it says goes through its callbacks.
 ``watch_new_job`` is ``orch submit --watch``'s: a new job reported (and followed, the watch
 alongside) by a callback, watched to its end, its provider hosts powered off after a followed
-one (``on_finish.power_off``).
+one ended (``on_finish.power_off``; never after Ctrl-C: the job runs on).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator.access.connect import open_transport
 from orchestrator.access.power import power_off_after
+from orchestrator.access.provisioned import InstanceDown
 from orchestrator.display.progress import duration
 from orchestrator.errors import HostError, OrchError, RemoteError
 from orchestrator.fetch import DEFAULT_INTERVAL_S, kit, unfetched
@@ -47,7 +50,8 @@ from orchestrator.fetch.download import FetchSummary, fetch, nothing_selected, u
 from orchestrator.fetch.verified import GONE, HIDDEN, FetchState, remove_folder
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Inventory
-from orchestrator.jobs.nodes import aggregate, nodes_of
+from orchestrator.jobs.nodes import aggregate, nodes_of, stopped_with_box
+from orchestrator.providers.api import ProviderAuthError, ProviderUnreachable
 from orchestrator.state import kits
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import final_line
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
     from orchestrator.spec.load import LoadedSpec
 
 QUIET_BELOW_MB = 1.0  # a round moving less (a log's and the metrics' new lines) is not announced
+INTERRUPTED = 130  # the exit code of an interrupted follow: the job keeps running
 SMALL_ROUND = re.compile(r"^fetching \d+ file\(s\), ([0-9.]+) MB from ")
 MAX_RETRY_S = 120.0  # a failing round is retried at least this often (and at most twice the interval apart)
 
@@ -182,10 +187,15 @@ class Watch:
         state.save()
 
     def attempt(self) -> dict[str, Any] | None:
-        """``round``, with a failure counted as (part of) an outage instead of raised."""
+        """``round``, with a failure counted as (part of) an outage instead of raised — a
+        provider that cannot be asked too. A box its provider says is off, released or failed
+        (``InstanceDown``) ends the watch: ``stopped_with_box`` (the recorded end of a job that
+        ended first, returned as settled; else ``StoppedWithBox``, exit 1)."""
         try:
             status = self.round()
-        except (HostError, RemoteError) as exc:
+        except InstanceDown as down:
+            return stopped_with_box(down, self.record, self.registry)
+        except (HostError, RemoteError, ProviderUnreachable, ProviderAuthError) as exc:
             if self.outage is None:
                 self.outage = time.time()
                 self.say(f"link lost ({str(exc).splitlines()[0]}); retrying (Ctrl-C stops watching; "
@@ -329,8 +339,10 @@ def watch_new_job(job_id: str, loaded: LoadedSpec, inventory: Inventory, registr
     With ``follow``: the watch's rounds run in a background thread while ``report(True)``
     runs, then the final fetch here (``Watch.alongside``; none after a 130), then the job's
     provider hosts are powered off when its file says ``on_finish.power_off``
-    (``power_off_after``) — also when ``report`` raised ``SystemExit``, whatever its code,
-    which is raised again after. Returns None: ``report`` said how the job ended.
+    (``power_off_after``) — also when ``report`` raised ``SystemExit`` for a job that ended
+    unsucceeded, raised again after; never after an interrupted follow (``SystemExit(130)``,
+    Ctrl-C: the job runs on, so its hosts stay on). Returns None: ``report`` said how the job
+    ended.
 
     Without: ``report(False)``, then the whole watch in this thread (``watch_to_end``; ``say``,
     ``echo`` and ``ended`` as there, ``StoppedWatching`` on Ctrl-C). Returns the job's final
@@ -344,8 +356,9 @@ def watch_new_job(job_id: str, loaded: LoadedSpec, inventory: Inventory, registr
     try:
         with watcher.alongside():
             report(True)
-    except SystemExit:  # a followed job that did not succeed, or an interrupted follow: powered off all the same
-        power_off_after(inventory, loaded, say)
-        raise
+    except SystemExit as exc:
+        if exc.code != INTERRUPTED:  # a followed job that did not succeed: powered off all the same
+            power_off_after(inventory, loaded, say)
+        raise  # an interrupted follow (130): the job runs on, and so does its box
     power_off_after(inventory, loaded, say)
     return None

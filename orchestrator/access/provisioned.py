@@ -9,6 +9,11 @@ off. An instance its provider reports as failed (vast: the container's process e
 went offline) for ``DEAD_GRACE_S`` ends the wait with the provider's words and the way on. Host
 keys stay pinned per entry: a different key after a reschedule is refused by
 ``orchestrator/transport/ssh.py`` with both fingerprints and the command that accepts it.
+
+A connection refused because the provider says the instance is off, released or failed is
+``InstanceDown`` (a ``HostError``, worded as before): a follow or a watch stops on it instead of
+reconnecting (``jobs/nodes.py``: ``stopped_with_box``), and ``orch status`` stops counting the
+job's cost there.
 """
 
 from __future__ import annotations
@@ -19,12 +24,23 @@ from typing import Callable
 from orchestrator import settings
 from orchestrator.errors import HostError, HostKeyError, OrchError
 from orchestrator.hosts.inventory import Host
-from orchestrator.providers.api import Instance, ProviderError, power_on_retrying
+from orchestrator.providers.api import Instance, ProviderError, State, power_on_retrying
 from orchestrator.providers.open import provider_of
 
 # How long a failed state must last before orch stops waiting: right after a power-on a provider
 # may still report the old dead container for a few seconds (vast's ``exited``).
 DEAD_GRACE_S = 20.0
+DOWN: tuple[State, ...] = ("off", "released", "failed")  # no job runs on the instance any more
+
+
+class InstanceDown(HostError):
+    """``connectable``'s refusal when the provider says the instance is off, released or failed
+    (``DOWN``): the provider's name, the instance, orch's word for the state and the provider's
+    own (``status``), for a follow or watch to stop on. The message is ``connectable``'s."""
+
+    def __init__(self, message: str, host: str, provider: str, instance: str, state: State, status: str) -> None:
+        super().__init__(message)
+        self.host, self.provider, self.instance, self.state, self.status = host, provider, instance, state, status
 
 
 def up_timeout_s() -> float:
@@ -33,13 +49,16 @@ def up_timeout_s() -> float:
 
 def connectable(host: Host) -> Host:
     """``host`` at its provider's current endpoint; ``HostError`` (exit 3) naming ``orch up``
-    when the instance is not running."""
+    when the instance is not running (``InstanceDown`` when it is off, released or failed)."""
     assert host.provider is not None
     provider = provider_of(host)
     state, status = provider.state(host.provider.instance)
     if state != "running":
-        raise HostError(f"{host.name}: the {provider.name} instance {host.provider.instance} is {status or state}; "
-                        f"power it on with `orch up {host.name}`")
+        message = (f"{host.name}: the {provider.name} instance {host.provider.instance} is {status or state}; "
+                   f"power it on with `orch up {host.name}`")
+        if state in DOWN:
+            raise InstanceDown(message, host.name, provider.name, host.provider.instance, state, status)
+        raise HostError(message)
     end = provider.endpoint(host.provider.instance)
     return host.live(end.address, end.port, end.user or host.user, end.password)
 

@@ -189,13 +189,14 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     this attempt's. A later attempt whose newest step is below ``resumed_from_step`` (the
     highest step logged before it began) started over: the row's state says so and
     ``started_over_at`` / ``resumed_from_step`` carry the two steps. Every field is the
-    server's, read as untrusted (a wrong type counts as absent)."""
+    server's, read as untrusted (a wrong type counts as absent). A job whose provider box was
+    seen down (``box_stopped_at``, ``jobs/nodes.py``) ends there: ELAPSED and COST stop growing."""
     now = time.time() if now is None else now
     metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
     started = _num(status.get("started")) or created
     first = _num(status.get("first_started"))
     since = first if first is not None and first <= started else started
-    ended = _num(status.get("ended"))
+    ended = _num(status.get("ended")) or _num(status.get("box_stopped_at"))  # the box stopped: so did the job
     elapsed = max((ended or now) - since, 0.0)
     step_value = _num(metrics.get("step"))
     step = int(step_value) if step_value is not None else None

@@ -5,6 +5,12 @@ the exact byte it had reached. A stalled connection is noticed too: the server s
 heartbeat frame while the log is quiet, and no frame for ``3 × heartbeat`` counts as a
 lost connection. It ends when the job is terminal and the log is drained; the server's end
 frame then carries the node's terminal status, so the end costs no further round trip.
+
+On a provider host each reconnect asks the provider for the instance's state first (the one
+call ``access/provisioned.py``'s ``connectable`` makes, never per line): an instance that is
+off, released or failed ends the follow (``jobs/nodes.py``: ``stopped_with_box``, exit 1 with
+the provider's words and the way on) unless the job had already ended; a provider that cannot
+be asked (its API down, the token refused) is one more failed reconnect, retried.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from typing import Any, Callable
 
 from orchestrator import settings
 from orchestrator.access.connect import open_transport
+from orchestrator.access.provisioned import InstanceDown
 from orchestrator.errors import HostError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.helper.session import StreamCall
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import logcache
-from orchestrator.jobs.nodes import job_status, nodes_of, parallel, probe
+from orchestrator.jobs.nodes import job_status, nodes_of, parallel, probe, stopped_with_box
+from orchestrator.providers.api import ProviderAuthError, ProviderUnreachable
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.termtext import CleanDecoder
 from orchestrator.transport.base import never
@@ -108,7 +116,8 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
     """One node's log through ``write`` until it ends (``follow``: the node is terminal);
     returns the node's terminal status when the end frame carried one. ``remote``: a
     connection this command already holds to the host (``submit --follow``'s), used first;
-    a reconnect opens a new one."""
+    a reconnect opens a new one. ``InstanceDown`` (the provider says the box is off,
+    released or failed) is raised, never retried; a provider that cannot be asked is."""
     at = _Reading(tail)
     backoff = 0.5
     while True:
@@ -118,8 +127,8 @@ def follow_node(record: JobRecord, host: Host, inventory: Inventory, node: int, 
                 return _read(held, record, node, at, write, follow)
             with open_transport(host, inventory, never) as transport:
                 return _read(Remote(host, transport), record, node, at, write, follow)
-        except HostError as exc:
-            if not follow:
+        except (HostError, ProviderUnreachable, ProviderAuthError) as exc:
+            if not follow or isinstance(exc, InstanceDown):
                 raise
             if at.started:
                 backoff, at.started = 0.5, False
@@ -167,30 +176,20 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
     each line prefixed ``[node i]``. The whole log of an ended job is kept on the laptop
     (``logcache``; ``orch logs`` prints it from there next time, without a host). ``remotes``:
     connections this command already holds, by host name (``submit --follow``): used instead
-    of new ones."""
+    of new ones. Following, a box its provider says is down ends it (``stopped_with_box``:
+    the recorded end of a job that ended first, else ``StoppedWithBox``, exit 1)."""
     remotes = remotes or {}
     capture = logcache.Capture(write) if node is None and tail is None else None
     write = capture or write
     hosts = log_hosts(record, inventory)
     if node is not None and not 0 <= node < len(hosts):
         raise UsageError(f"{record.job_id} has {len(hosts)} node(s): --node {node} does not exist")
-    if node is not None or len(hosts) == 1:
-        index = node or 0
-        finals = [follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail,
-                              remote=remotes.get(hosts[index].name))]
-    else:
-        lock = threading.Lock()
-        writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]
-
-        def one(i: int) -> dict[str, Any] | None:
-            final = follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail,
-                                remote=remotes.get(hosts[i].name))
-            writers[i].flush()
-            if follow:
-                probe(record, inventory, registry)  # a node that ended badly: stop the others now
-            return final
-
-        finals = parallel(one, list(range(len(hosts))))
+    try:
+        finals = _follow_nodes(record, hosts, inventory, registry, write, say, node, follow, tail, remotes)
+    except InstanceDown as down:
+        if not follow:
+            raise
+        return stopped_with_box(down, record, registry)
     if len(finals) == len(hosts) and all(f is not None for f in finals):  # every end frame carried a terminal status
         status = job_status(record, finals if len(record.hosts) > 1 else finals[:1])  # type: ignore[arg-type]
         registry.update(record.job_id, status["state"], status)
@@ -201,3 +200,26 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
     if capture is not None and capture.text() is not None:
         logcache.save(record.job_id, status, capture.text() or "")
     return status
+
+
+def _follow_nodes(record: JobRecord, hosts: list[Host], inventory: Inventory, registry: Registry,
+                  write: Callable[[str], None], say: Callable[[str], None], node: int | None, follow: bool,
+                  tail: int | None, remotes: dict[str, Remote]) -> list[dict[str, Any] | None]:
+    """``follow_node`` for the one node asked (or the only one), else for every node at once,
+    each line prefixed ``[node i]``; each node's terminal status from its end frame (or None)."""
+    if node is not None or len(hosts) == 1:
+        index = node or 0
+        return [follow_node(record, hosts[index], inventory, index, write=write, say=say, follow=follow, tail=tail,
+                            remote=remotes.get(hosts[index].name))]
+    lock = threading.Lock()
+    writers = [_Prefixed(f"[node {i}] ", write, lock) for i in range(len(hosts))]
+
+    def one(i: int) -> dict[str, Any] | None:
+        final = follow_node(record, hosts[i], inventory, i, write=writers[i], say=say, follow=follow, tail=tail,
+                            remote=remotes.get(hosts[i].name))
+        writers[i].flush()
+        if follow:
+            probe(record, inventory, registry)  # a node that ended badly: stop the others now
+        return final
+
+    return parallel(one, list(range(len(hosts))))

@@ -6,22 +6,30 @@ A job's state is the aggregate of its nodes' states: ``failed`` if any node fail
 setting_up, queued (waiting for GPUs in its host's queue: the job's place is its last queued
 node's), pending. When a node failed or is lost while others still run, those others
 are stopped (they would only hang in a collective until a timeout).
+
+A job whose provider box is off, released or failed (``access/provisioned.py``:
+``InstanceDown``) stopped with it: ``stopped_with_box`` ends a follow or watch with the
+provider's words and the way on (``StoppedWithBox``, exit 1), and the first time orch saw the
+box down is recorded in the job's status (``BOX_STOPPED_AT``), where ELAPSED and COST end
+(``display/progress.py``: ``row_fields``) until an attempt starts after it.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
 
 from orchestrator.access.connect import open_transport
-from orchestrator.errors import HostError, RemoteError, UsageError
+from orchestrator.access.provisioned import InstanceDown
+from orchestrator.errors import HostError, OrchError, RemoteError, UsageError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import secrets
 from orchestrator.jobs.outcome import reservation_reason
 from orchestrator.providers.api import ProviderError
-from orchestrator.state import fences, reach
+from orchestrator.state import fences, kits, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
 from orchestrator.transport.base import never
@@ -30,6 +38,65 @@ from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINA
 T = TypeVar("T")
 R = TypeVar("R")
 STOP_GRACE_S = 10.0
+BOX_STOPPED_AT = "box_stopped_at"  # in a job's status: when orch first saw its box down (laptop clock)
+
+
+class StoppedWithBox(OrchError):
+    """A follow or watch stopped because the job's provider box is off, released or failed:
+    the job did not succeed (exit 1). ``str()`` is ``stopped_words``."""
+
+    exit_code = 1
+
+
+def stopped_words(down: InstanceDown, job_id: str, registry: Registry) -> str:
+    """The provider's word on the job's box and the way on, one line: ``orch up`` then ``orch
+    resume`` for a box that is off or failed; for one released, ``orch resume --on`` from the
+    copy ``orch fetch --watch`` kept (docs/moving.md), or that there is none."""
+    said = down.status or down.state
+    said += "" if said == down.state else f" ({'powered off' if down.state == 'off' else down.state})"
+    head = f"{down.host}: {down.provider} says the instance {down.instance} is {said}"
+    if down.state != "released":
+        return f"{head}: {job_id} stopped with it; orch up {down.host}, then orch resume {job_id}"
+    kit = kits.recorded(registry.path, job_id)
+    if kit is not None:
+        return (f"{head}: {job_id}'s files on it are gone; orch resume {job_id} --on OTHER_HOST continues it "
+                f"from the copy orch fetch --watch kept in {kit}")
+    return (f"{head}: {job_id}'s files on it are gone and no copy was kept here (orch fetch --watch keeps one); "
+            f"submit its job file again on another host")
+
+
+def box_stopped_at(record: JobRecord, registry: Registry) -> float:
+    """When orch first saw ``record``'s box down: the time recorded in its status, else now,
+    recorded there (and kept by ``refresh`` until an attempt starts after it)."""
+    seen = record.detail.get(BOX_STOPPED_AT)
+    if isinstance(seen, (int, float)) and not isinstance(seen, bool):
+        return float(seen)
+    now = time.time()
+    registry.update(record.job_id, record.state, dict(record.detail, **{BOX_STOPPED_AT: now}))
+    return now
+
+
+def stopped_with_box(down: InstanceDown, record: JobRecord, registry: Registry) -> dict[str, Any]:
+    """What a follow or watch does when its job's box is down: the job's recorded status when
+    it ended before its box stopped (``on_finish.power_off`` after a success another command
+    saw); else ``StoppedWithBox`` raised with ``stopped_words``, the stop recorded
+    (``box_stopped_at``)."""
+    now = registry.get(record.job_id)
+    if now.state in TERMINAL:
+        return now.status()
+    box_stopped_at(now, registry)
+    raise StoppedWithBox(stopped_words(down, now.job_id, registry))
+
+
+def _carried(record: JobRecord, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with the recorded ``BOX_STOPPED_AT`` kept while no attempt started after it
+    (a box powered on again shows the job lost; its cost still ends at the stop)."""
+    seen, started = record.detail.get(BOX_STOPPED_AT), status.get("started")
+    if not isinstance(seen, (int, float)) or isinstance(seen, bool):
+        return status
+    if isinstance(started, (int, float)) and not isinstance(started, bool) and started > seen:
+        return status
+    return dict(status, **{BOX_STOPPED_AT: seen})
 
 
 def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
@@ -126,6 +193,12 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     unaffected and nothing is raised. Such a failure says nothing of the box itself, so it is
     not recorded in ``reach``.
 
+    A provider host whose provider says its instance is off, released or failed
+    (``InstanceDown``) is unreachable as above, and its unfinished jobs carry
+    ``BOX_STOPPED_AT`` (``box_stopped_at``: recorded the first time) and the provider's words
+    with the way on as ``reason`` (``stopped_words``); the time stays in the job's status while
+    no attempt started after it, so its cost never grows past the stop.
+
     Every contact is recorded (``reach``): an unfinished job on a host that has failed for
     ``ORCH_LOST_AFTER_S`` shows ``lost`` with ``reach.lost_reason`` (plus ``unreachable_since``
     and ``last_contact``) — shown only, never recorded, so it shows its real state again when
@@ -147,11 +220,14 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     answers: dict[tuple[str, str], dict[str, Any]] = {}
     lost: dict[str, reach.Reach] = {}
     refused: dict[str, str] = {}  # host -> its provider's words, when the provider failed
+    down: dict[str, InstanceDown] = {}  # host -> its provider's word that the box is off, released or failed
 
     def ask(name: str) -> None:
         try:
             jobs = statuses(inventory.get(name), inventory, by_host[name])
         except HostError as exc:
+            if isinstance(exc, InstanceDown):
+                down[name] = exc
             warn(f"warning: {str(exc).splitlines()[0]}")
             seen = reach.record(registry.path, name, ok=False, error=str(exc).splitlines()[0])
             if reach.is_lost(seen) and by_host[name]:
@@ -173,9 +249,14 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     parallel(ask, list(by_host))
     for r in pending:
         per_node = [answers.get((name, r.job_id)) for name in r.hosts]
+        stopped = next((down[name] for name in r.hosts if name in down), None)
+        if stopped is not None:  # its cost ends where orch first saw the box down
+            out[r.job_id].update({BOX_STOPPED_AT: box_stopped_at(r, registry),
+                                  "reason": stopped_words(stopped, r.job_id, registry)})
         gone = next((lost[name] for name in r.hosts if name in lost), None)
         if gone is not None:
-            out[r.job_id] = dict(r.status(), state="lost", reason=reach.lost_reason(gone, r.job_id),
+            out[r.job_id] = dict(out[r.job_id], state="lost",
+                                 reason=out[r.job_id]["reason"] if stopped else reach.lost_reason(gone, r.job_id),
                                  unreachable_since=gone.failing_since, last_contact=gone.last_ok)
             continue
         if any(s is None for s in per_node):
@@ -188,7 +269,7 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
             out[r.job_id]["reason"] = reservation_reason(r.detail)
             continue
         per_node = _stop_stragglers(r, nodes_of(r, inventory), inventory, per_node)  # type: ignore[arg-type]
-        status = job_status(r, per_node)  # type: ignore[arg-type]
+        status = _carried(r, job_status(r, per_node))  # type: ignore[arg-type]
         registry.update(r.job_id, status["state"], status)
         out[r.job_id] = dict(status, job_id=r.job_id)
     for f in fences.pending(registry.path, job_ids=[f.job_id for f in fenced]):
@@ -231,7 +312,7 @@ def probe(record: JobRecord, inventory: Inventory, registry: Registry) -> dict[s
     """The job's aggregated status, asked of every node now (raises if a node is unreachable)."""
     hosts = nodes_of(record, inventory)
     per_node = parallel(lambda h: statuses(h, inventory, [record.job_id])[record.job_id], hosts)
-    status = job_status(record, _stop_stragglers(record, hosts, inventory, per_node))
+    status = _carried(record, job_status(record, _stop_stragglers(record, hosts, inventory, per_node)))
     registry.update(record.job_id, status["state"], status)
     return status
 

@@ -110,13 +110,15 @@ def _num(value: Any) -> float | None:
 
 
 def _span(record: JobRecord, now: float) -> tuple[float, float]:
-    """When the job began (its first attempt's start) and ended (or now while not finished),
-    from its record as ``orch status`` reads it."""
+    """When the job began (its first attempt's start) and ended (or when orch saw its provider
+    box down, ``box_stopped_at``; or now while not finished), from its record as ``orch
+    status`` reads it."""
     status = record.status()
     started = _num(status.get("started")) or record.created
     first = _num(status.get("first_started"))
     since = first if first is not None and first <= started else started
     ended = _num(status.get("ended"))
+    ended = ended if ended is not None else _num(status.get("box_stopped_at"))
     return since, max(ended if ended is not None else now, since)
 
 

@@ -134,17 +134,19 @@ class PoweredHere:
     fine). When an exception (an ``OrchError``, ``SweepIncomplete``, Ctrl-C) leaves it, each
     host added is judged by the job records this command added or changed on it since the
     first power-on (``started``; a record that existed then counts only if it was a
-    reservation: an older job's state refreshed meanwhile is not this submit's): a job
-    there that is no longer a reservation started — the
-    host stays on, silently; a reservation whose submit ended before its launch (its
-    ``submit`` ending recorded with ``launching`` false) or none at all: nothing started — the
-    host is powered back off (``bring_down``) after ``ask(question)`` says yes or None (no
-    one to ask, or ``--yes``: no question), each said as "HOST: powered back off — orch
-    powered it on for this submit, which failed: WHY"; any other reservation (its launch was
-    out, or its ending unknown): unsure, so the host stays on and that is said with ``orch
-    down HOST``. A power-off that fails is one warning line naming ``orch down HOST``. The
-    exception always goes on as it was (its message and exit code unchanged); the hosts are
-    judged once. Nothing happens on a normal exit: a submit that returned started its job."""
+    reservation: an older job's state refreshed meanwhile is not this submit's):
+
+    * a job there that is no longer a reservation started: the host stays on, silently;
+    * a reservation whose submit ended before its launch (its ``submit`` ending recorded with
+      ``launching`` false), or none at all: nothing started, so the host is powered back off
+      (``bring_down``) after ``ask(question)`` says yes or None (no one to ask, or ``--yes``:
+      no question), said as "HOST: powered back off — orch powered it on for this submit,
+      which failed: WHY";
+    * any other reservation (its launch was out, or its ending unknown): unsure, so the host
+      stays on, said with ``orch down HOST``.
+
+    A power-off that fails is one warning line naming ``orch down HOST``. The exception always
+    goes on as it was (its message and exit code unchanged); the hosts are judged once. Nothing happens on a normal exit: a submit that returned started its job."""
 
     def __init__(self, registry: Registry, *, ask: Callable[[str], bool | None], say: Callable[[str], None]) -> None:
         self.registry, self.ask, self.say = registry, ask, say

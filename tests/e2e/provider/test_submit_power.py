@@ -12,13 +12,21 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from remote_payload.contract.protocol import TERMINAL
-from tests.e2e.provider.test_autodl import add, admin, inside_shutdown, token  # noqa: F401 - token: a fixture
+from tests.e2e.provider.test_autodl import TOKEN_ENV, add, admin, inside_shutdown
 from tests.support.orch import Orch, dead_port, submit_paused
 from tests.support.poll import wait_until
 from tests.support.standin.autodl import AutoDLStandin
 
 BACK_OFF = "{host}: powered back off — orch powered it on for this submit, which failed: "
+
+
+@pytest.fixture
+def token(orch: Orch, autodl: AutoDLStandin) -> str:
+    orch.env[TOKEN_ENV] = autodl.token
+    return autodl.token
 
 
 def job_file(orch: Orch, hosts: str, code: str, extra: str = "") -> Path:
@@ -72,6 +80,15 @@ def test_a_submit_that_fails_after_powering_on_powers_the_box_back_off_and_one_t
     orch("up", "p1", check=3)  # still the other key: `orch up` refuses it too (and leaves the box on)
     orch("hosts", "trust", "p1", "--replace")
     orch("down", "p1")
+
+    # the Python API does the same: its error raised as it is, the box back off, said through say
+    admin(autodl, "move", instance_uuid=uuid)
+    code = ("from orchestrator.api import Orch\ntry:\n    Orch(say=print).submit('job.yaml', yes=True)\n"
+            "except Exception as exc:\n    print('raised', type(exc).__name__)\n")
+    api = subprocess.run([sys.executable, "-c", code], cwd=orch.cwd, env=orch.env, capture_output=True, text=True,
+                         timeout=300)
+    assert "raised HostKeyError" in api.stdout and BACK_OFF.format(host="p1") in api.stdout, api.stdout + api.stderr
+    assert box.status == "shutdown" and uuid not in autodl.billing()
 
 
 def test_a_sweep_keeps_the_box_on_where_a_combination_started_and_powers_it_back_off_where_none_did(

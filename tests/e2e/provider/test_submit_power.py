@@ -6,6 +6,8 @@ on), whatever `on_finish.power_off` says."""
 
 from __future__ import annotations
 
+import os
+import pty
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import pytest
 
 from remote_payload.contract.protocol import TERMINAL
 from tests.e2e.provider.test_autodl import TOKEN_ENV, add, admin, inside_shutdown
+from tests.orchestrator.warm.test_warm import read_until
 from tests.support.orch import Orch, dead_port, submit_paused
 from tests.support.poll import wait_until
 from tests.support.standin.autodl import AutoDLStandin
@@ -112,6 +115,48 @@ def test_a_sweep_keeps_the_box_on_where_a_combination_started_and_powers_it_back
     assert "p3: powering on autodl instance" in none.stderr
     assert BACK_OFF.format(host="p3") + "sweep none: 2 of 2 combination(s) not started:" in none.stderr
     assert box.status == "shutdown" and uuid not in autodl.billing()
+
+
+def test_on_a_terminal_it_asks_before_powering_back_off_and_a_no_leaves_the_box_on_with_the_way_to_power_it_off(
+        orch: Orch, autodl: AutoDLStandin, token: str) -> None:
+    uuid = off_with_its_key_pinned(orch, autodl, "p4", 0)
+    box = autodl.boxes[uuid]
+    job_file(orch, "p4", "print('ran')\n")
+    admin(autodl, "move", instance_uuid=uuid)
+    pid, fd = pty.fork()
+    if pid == 0:  # orch in a terminal of its own
+        os.chdir(orch.cwd)
+        os.execve(sys.executable, [sys.executable, "-m", "orchestrator", "submit", "job.yaml"], orch.env)
+    said = b""
+    try:
+        said = read_until(fd, b"Power it on (billing starts)? [y/N]: ")
+        os.write(fd, b"y\n")
+        said += read_until(fd, b"Power p4 back off (billing stops)? [Y/n]: ")
+        assert box.status == "running"
+        os.write(fd, b"n\n")
+        said += read_until(fd, b"orch down p4 powers it off")
+        said += rest_of(fd)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 3, said
+    assert b"DIFFERENT host" in said and b"p4: left on (billing)" in said and b"powered back off" not in said
+    assert box.status == "running" and uuid in autodl.billing()
+    orch("hosts", "trust", "p4", "--replace")
+    orch("down", "p4")
+
+
+def rest_of(fd: int) -> bytes:
+    """What the terminal ``fd`` shows until the process in it ends."""
+    got = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the other end closed
+            return got
+        if not chunk:
+            return got
+        got += chunk
 
 
 def test_ctrl_c_during_submit_follow_watch_leaves_the_job_running_and_its_box_on(

@@ -146,7 +146,10 @@ class PoweredHere:
       stays on, said with ``orch down HOST``.
 
     A power-off that fails is one warning line naming ``orch down HOST``. The exception always
-    goes on as it was (its message and exit code unchanged); the hosts are judged once. Nothing happens on a normal exit: a submit that returned started its job."""
+    goes on as it was (its message and exit code unchanged); the hosts are judged once.
+    Nothing happens on a normal exit (the power-on is followed by the submit); ``finish``,
+    after a submit that returned, judges the hosts the same way: a sweep whose combinations
+    all went to other hosts started none on the job file's."""
 
     def __init__(self, registry: Registry, *, ask: Callable[[str], bool | None], say: Callable[[str], None]) -> None:
         self.registry, self.ask, self.say = registry, ask, say
@@ -188,13 +191,22 @@ class PoweredHere:
                        if not (isinstance(e, dict) and e.get("launching") is False)), None)
         return ("unsure", unsure.job_id) if unsure is not None else ("no", None)
 
-    def undo(self, exc: BaseException) -> None:
-        """Power back off each host added where no job started (the class docstring)."""
+    def finish(self) -> None:
+        """The submit returned: each host added where none of its jobs started (a sweep's
+        ``--hosts`` elsewhere) is powered back off as after a failure, said "HOST: powered
+        back off — orch powered it on for this submit, which started no job there"."""
+        if self.hosts:
+            self.undo(None)
+
+    def undo(self, exc: BaseException | None) -> None:
+        """Power back off each host added where no job started (the class docstring);
+        ``exc`` None: the submit returned (``finish``)."""
         from orchestrator.access.provisioned import bring_down
         from orchestrator.providers.open import provider_of
 
-        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else \
-            (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        why = "started no job there" if exc is None else "failed: " + (
+            "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else
+            (str(exc).strip().splitlines() or [type(exc).__name__])[0])
         hosts, self.hosts = self.hosts, []
         for host in hosts:
             assert host.provider is not None
@@ -217,7 +229,7 @@ class PoweredHere:
                 first = (str(err).strip().splitlines() or [type(err).__name__])[0]
                 self.say(f"warning: {host.name}: powering it back off failed ({first}): orch down {host.name}")
                 continue
-            self.say(f"{host.name}: powered back off — orch powered it on for this submit, which failed: {why}")
+            self.say(f"{host.name}: powered back off — orch powered it on for this submit, which {why}")
 
 
 def _fingerprint(record: JobRecord) -> str:

@@ -97,7 +97,9 @@ class Orch:
             power_on_first(self.inventory, loaded, loaded.path, yes=yes, confirm=lambda _: None, say=self.say,
                            powered=here)
             if axes:
-                return self._submit_sweep(loaded, axes, sweep_name, only, hosts, force, pull_remote_edits)
+                jobs = self._submit_sweep(loaded, axes, sweep_name, only, hosts, force, pull_remote_edits)
+                here.finish()  # its combinations may all have gone to other hosts
+                return jobs
             if sweep_name is not None or only is not None:
                 raise UsageError("sweep_name and only choose a sweep's combinations: give sweep= or a sweep: block")
             from orchestrator.jobs.submit import checked_submit

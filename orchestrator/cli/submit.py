@@ -103,6 +103,7 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                      *(["--priority", str(priority)] if priority is not None else [])]
             submit_a_sweep(app, loaded, axes, overrides, SweepChoice(sweep_name, only_text, hosts_text, given),
                            dry_run, force, pull_remote_edits, as_json)
+            here.finish()  # its combinations may all have gone to other hosts (--hosts)
             return
         for flag, value, what in (("--sweep-name", sweep_name, "names a sweep"), ("--only", only_text, "chooses "
                                   "combinations of a sweep"), ("--hosts", hosts_text, "is the host pool of a sweep")):

@@ -116,6 +116,12 @@ def test_a_sweep_keeps_the_box_on_where_a_combination_started_and_powers_it_back
     assert BACK_OFF.format(host="p3") + "sweep none: 2 of 2 combination(s) not started:" in none.stderr
     assert box.status == "shutdown" and uuid not in autodl.billing()
 
+    # every combination on another host that runs them: the sweep succeeds, and p3 goes back off all the same
+    elsewhere = orch("submit", "job.yaml", "--yes", "--sweep-name", "elsewhere", "--hosts", "local")
+    assert len(elsewhere.stdout.splitlines()) == 2 and "local" in elsewhere.stdout
+    assert "p3: powered back off — orch powered it on for this submit, which started no job there" in elsewhere.stderr
+    assert box.status == "shutdown" and uuid not in autodl.billing()
+
 
 def test_on_a_terminal_it_asks_before_powering_back_off_and_a_no_leaves_the_box_on_with_the_way_to_power_it_off(
         orch: Orch, autodl: AutoDLStandin, token: str) -> None:

@@ -194,7 +194,7 @@ class Watch:
         try:
             status = self.round()
         except InstanceDown as down:
-            return stopped_with_box(down, self.record, self.registry)
+            return stopped_with_box(down, self.record, self.registry, self.inventory)
         except (HostError, RemoteError, ProviderUnreachable, ProviderAuthError) as exc:
             if self.outage is None:
                 self.outage = time.time()

@@ -189,7 +189,7 @@ def stream_logs(record: JobRecord, inventory: Inventory, registry: Registry, *, 
     except InstanceDown as down:
         if not follow:
             raise
-        return stopped_with_box(down, record, registry)
+        return stopped_with_box(down, record, registry, inventory)
     if len(finals) == len(hosts) and all(f is not None for f in finals):  # every end frame carried a terminal status
         status = job_status(record, finals if len(record.hosts) > 1 else finals[:1])  # type: ignore[arg-type]
         registry.update(record.job_id, status["state"], status)

@@ -9,8 +9,9 @@ are stopped (they would only hang in a collective until a timeout).
 
 A job whose provider box is off, released or failed (``access/provisioned.py``:
 ``InstanceDown``) stopped with it: ``stopped_with_box`` ends a follow or watch with the
-provider's words and the way on (``StoppedWithBox``, exit 1), and the first time orch saw the
-box down is recorded in the job's status (``BOX_STOPPED_AT``), where ELAPSED and COST end
+provider's words and the way on (``StoppedWithBox``, exit 1), and when the box stopped (the
+provider's time where it gives one, else when orch first saw it down) is recorded in the job's
+status (``BOX_STOPPED_AT``), where ELAPSED and COST end
 (``display/progress.py``: ``row_fields``) until an attempt starts after it.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Sequence, TypeVar
 
 from orchestrator.access.connect import open_transport
@@ -29,6 +31,7 @@ from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.jobs import secrets
 from orchestrator.jobs.outcome import reservation_reason
 from orchestrator.providers.api import ProviderError
+from orchestrator.providers.open import provider_of
 from orchestrator.state import fences, kits, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
@@ -38,7 +41,7 @@ from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINA
 T = TypeVar("T")
 R = TypeVar("R")
 STOP_GRACE_S = 10.0
-BOX_STOPPED_AT = "box_stopped_at"  # in a job's status: when orch first saw its box down (laptop clock)
+BOX_STOPPED_AT = "box_stopped_at"  # in a job's status: when its box stopped (the provider's time, else first seen)
 
 
 class StoppedWithBox(OrchError):
@@ -65,18 +68,30 @@ def stopped_words(down: InstanceDown, job_id: str, registry: Registry) -> str:
             f"submit its job file again on another host")
 
 
-def box_stopped_at(record: JobRecord, registry: Registry) -> float:
-    """When orch first saw ``record``'s box down: the time recorded in its status, else now,
-    recorded there (and kept by ``refresh`` until an attempt starts after it)."""
+def provider_stop_time(down: InstanceDown, inventory: Inventory) -> float | None:
+    """When the provider says the box stopped (``Provider.stopped_at``, one call); None where
+    it does not say, cannot be asked now, or names a time still to come."""
+    try:
+        stopped = provider_of(inventory.get(down.host)).stopped_at(down.instance)
+    except OrchError:
+        return None
+    return stopped.timestamp() if stopped is not None and stopped.timestamp() <= time.time() else None
+
+
+def box_stopped_at(record: JobRecord, registry: Registry, stop_time: Callable[[], float | None]) -> float:
+    """When ``record``'s box stopped: the time recorded in its status, else the provider's
+    (``stop_time()``, asked only then) or now, recorded there (and kept by ``refresh`` until an
+    attempt starts after it), so it never moves."""
     seen = record.detail.get(BOX_STOPPED_AT)
     if isinstance(seen, (int, float)) and not isinstance(seen, bool):
         return float(seen)
-    now = time.time()
-    registry.update(record.job_id, record.state, dict(record.detail, **{BOX_STOPPED_AT: now}))
-    return now
+    when = stop_time() or time.time()
+    registry.update(record.job_id, record.state, dict(record.detail, **{BOX_STOPPED_AT: when}))
+    return when
 
 
-def stopped_with_box(down: InstanceDown, record: JobRecord, registry: Registry) -> dict[str, Any]:
+def stopped_with_box(down: InstanceDown, record: JobRecord, registry: Registry,
+                     inventory: Inventory) -> dict[str, Any]:
     """What a follow or watch does when its job's box is down: the job's recorded status when
     it ended before its box stopped (``on_finish.power_off`` after a success another command
     saw); else ``StoppedWithBox`` raised with ``stopped_words``, the stop recorded
@@ -84,7 +99,7 @@ def stopped_with_box(down: InstanceDown, record: JobRecord, registry: Registry) 
     now = registry.get(record.job_id)
     if now.state in TERMINAL:
         return now.status()
-    box_stopped_at(now, registry)
+    box_stopped_at(now, registry, partial(provider_stop_time, down, inventory))
     raise StoppedWithBox(stopped_words(down, now.job_id, registry))
 
 
@@ -195,7 +210,8 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
 
     A provider host whose provider says its instance is off, released or failed
     (``InstanceDown``) is unreachable as above, and its unfinished jobs carry
-    ``BOX_STOPPED_AT`` (``box_stopped_at``: recorded the first time) and the provider's words
+    ``BOX_STOPPED_AT`` (``box_stopped_at``: recorded the first time, the provider's stop time
+    where it gives one) and the provider's words
     with the way on as ``reason`` (``stopped_words``); the time stays in the job's status while
     no attempt started after it, so its cost never grows past the stop.
 
@@ -250,8 +266,9 @@ def refresh(records: list[JobRecord], inventory: Inventory, registry: Registry,
     for r in pending:
         per_node = [answers.get((name, r.job_id)) for name in r.hosts]
         stopped = next((down[name] for name in r.hosts if name in down), None)
-        if stopped is not None:  # its cost ends where orch first saw the box down
-            out[r.job_id].update({BOX_STOPPED_AT: box_stopped_at(r, registry),
+        if stopped is not None:  # its cost ends where the box stopped
+            when = box_stopped_at(r, registry, partial(provider_stop_time, stopped, inventory))
+            out[r.job_id].update({BOX_STOPPED_AT: when,
                                   "reason": stopped_words(stopped, r.job_id, registry)})
         gone = next((lost[name] for name in r.hosts if name in lost), None)
         if gone is not None:

@@ -184,6 +184,11 @@ class Provider:
         """The SSH endpoint and credentials now (never cached across calls)."""
         raise NotImplementedError
 
+    def stopped_at(self, instance_id: str) -> datetime | None:
+        """When the instance last stopped, where the provider says (AutoDL's ``stopped_at``);
+        None where it does not. Asked once per job whose box orch finds down (its cost ends there)."""
+        return None
+
     def power_on(self, instance_id: str) -> None:
         raise NotImplementedError
 

@@ -235,6 +235,10 @@ class AutoDL(Provider):
         status = str(status)[:40]
         return STATES.get(status, "unknown"), status
 
+    def stopped_at(self, instance_id: str) -> datetime | None:
+        """The instance's row's ``stopped_at`` (one ``list`` walk); None while it is unset."""
+        return _time(self._listed(instance_id).get("stopped_at"))
+
     def endpoint(self, instance_id: str) -> Endpoint:
         snap, rid = self._snapshot(instance_id)
         address, port, password = snap.get("proxy_host"), snap.get("ssh_port"), snap.get("root_password")

@@ -3,7 +3,8 @@
 a running job while `orch logs -f` and `orch fetch --watch` run in other processes; both end
 within their reconnect cycle with AutoDL's words and the way on (exit 1: the job did not
 succeed), and `orch status --json`'s COST and ELAPSED stop growing — also once the box is on
-again and the job shows lost."""
+again and the job shows lost; and `orch submit --follow` of a vast instance destroyed elsewhere
+ends saying its files went with it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+from orchestrator.providers.vast import Vast
 from tests.e2e.provider.test_autodl import TOKEN_ENV, add, admin
+from tests.e2e.provider.test_vast import instance_of, rent
 from tests.support.orch import TICKER, Orch, write_job
 from tests.support.poll import wait_until
 from tests.support.standin.autodl import AutoDLStandin
+from tests.support.standin.vast import VastStandin
 
 
 def background(orch: Orch, out: Path, *args: str) -> subprocess.Popen[str]:
@@ -54,6 +58,8 @@ def test_a_follow_and_a_watch_stop_with_a_powered_off_box_and_status_stops_count
 
     first = orch.json("status", job)
     assert first["reason"] == words and first["stale"] is True, first
+    assert box.stopped_at is not None  # the cost ends at AutoDL's stopped_at (whole seconds on the wire)
+    assert abs(first["box_stopped_at"] - box.stopped_at.timestamp()) < 1.0, first
     assert first["progress"]["cost"] is not None and first["progress"]["cost"] > 0
     time.sleep(2.0)  # a running job's cost would have grown meanwhile
     second = orch.json("status", job)
@@ -69,3 +75,22 @@ def test_a_follow_and_a_watch_stop_with_a_powered_off_box_and_status_stops_count
     spent = next(r for r in orch.json("spend")["hosts"] if r["host"] == "off1")
     assert abs(spent["cost"] - first["progress"]["cost"]) < 1e-6
     orch("down", "off1")
+
+
+def test_submit_follow_stops_when_the_instance_is_released_elsewhere_and_says_no_copy_was_kept(
+        orch: Orch, vast: VastStandin) -> None:
+    _, user = rent(orch, vast, "gone1")
+    instance = instance_of(vast, user)
+    spec = write_job(orch.cwd, "released", "gone1", ["python", "tick.py"])
+    (orch.cwd / "ws" / "tick.py").write_text(TICKER)
+    out = orch.cwd / "submit.txt"
+    submit = background(orch, out, "submit", str(spec), "--follow")
+    wait_until(lambda: "tick 1" in out.read_text(), what="the follow to stream the log", timeout=120, interval=0.3)
+    [job] = [j["job_id"] for j in orch.json("status") if j["hosts"] == ["gone1"]]
+
+    Vast(vast.token, vast.url).release(instance)  # destroyed in vast's console, say: the box and its disk are gone
+    assert submit.wait(timeout=180) == 1, out.read_text()
+    words = (f"gone1: vast says the instance {instance} is destroyed (released): {job}'s files on it are gone and "
+             "no copy was kept here (orch fetch --watch keeps one); submit its job file again on another host")
+    assert f"error: {words}" in out.read_text() and "Traceback" not in out.read_text()
+    assert orch.json("status", job)["reason"] == words

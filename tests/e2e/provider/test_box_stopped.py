@@ -4,7 +4,8 @@ a running job while `orch logs -f` and `orch fetch --watch` run in other process
 within their reconnect cycle with AutoDL's words and the way on (exit 1: the job did not
 succeed), and `orch status --json`'s COST and ELAPSED stop growing — also once the box is on
 again and the job shows lost; and `orch submit --follow` of a vast instance destroyed elsewhere
-ends saying its files went with it."""
+ends saying its files went with it — or, where `orch fetch --watch` kept a copy, that
+`orch resume JOB --on OTHER_HOST` continues it from there."""
 
 from __future__ import annotations
 
@@ -94,3 +95,28 @@ def test_submit_follow_stops_when_the_instance_is_released_elsewhere_and_says_no
              "no copy was kept here (orch fetch --watch keeps one); submit its job file again on another host")
     assert f"error: {words}" in out.read_text() and "Traceback" not in out.read_text()
     assert orch.json("status", job)["reason"] == words
+
+
+def test_a_follow_and_a_watch_of_a_released_instance_name_the_copy_the_watch_kept_for_a_move(
+        orch: Orch, vast: VastStandin) -> None:
+    _, user = rent(orch, vast, "gone2")
+    instance = instance_of(vast, user)
+    spec = write_job(orch.cwd, "kept", "gone2", ["python", "tick.py"])
+    (orch.cwd / "ws" / "tick.py").write_text(TICKER)
+    job = orch.json("submit", str(spec))["job_id"]
+    followed, watched = orch.cwd / "follow2.txt", orch.cwd / "watch2.txt"
+    watch = background(orch, watched, "fetch", job, "--watch", "--interval", "0.5")
+    kit = orch.cwd / "runs" / job
+    wait_until(lambda: (kit / ".orch-job" / "move.json").is_file(), what="the watch to keep the move kit",
+               timeout=120, interval=0.3)
+    follow = background(orch, followed, "logs", job, "-f")
+    wait_until(lambda: "tick 1" in followed.read_text(), what="the follow to stream the log", timeout=120,
+               interval=0.3)
+
+    Vast(vast.token, vast.url).release(instance)
+    words = (f"gone2: vast says the instance {instance} is destroyed (released): {job}'s files on it are gone; "
+             f"orch resume {job} --on OTHER_HOST continues it from the copy orch fetch --watch kept in "
+             f"{kit.resolve()}")
+    for proc, out in ((follow, followed), (watch, watched)):
+        assert proc.wait(timeout=180) == 1, out.read_text()
+        assert f"error: {words}" in out.read_text() and "Traceback" not in out.read_text()

@@ -25,7 +25,7 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.providers.api import (Balance, Endpoint, Instance, OutOfStock, Provider, ProviderAuthError,
                                         ProviderError, State)
-from orchestrator.providers.http import JsonClient
+from orchestrator.providers.http import JsonClient, cite, request_id
 
 API_URL = "https://api.autodl.com"
 BASE = "/api/v1/dev/instance/pro"
@@ -40,7 +40,6 @@ STATES: dict[str, State] = {
 _AUTH_WORDS = ("token", "auth", "unauthor", "实名")
 _STOCK_WORDS = ("库存", "无可用", "资源不足", "售罄", "no stock", "sold out", "no available", "out of stock")
 _ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,253}$")
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -139,11 +138,10 @@ class AutoDL(Provider):
             envelope = self.http.request("POST", path, call, body=args)
         if not isinstance(envelope, dict) or not isinstance(envelope.get("code"), str):
             raise ProviderError(self.name, call, "answer is not AutoDL's {code, msg, data} envelope")
-        rid = envelope.get("request_id")
-        rid = rid if isinstance(rid, str) and _REQUEST_ID.match(rid) else ""
+        rid = request_id(envelope.get("request_id"))
         if envelope["code"] == "Success":
             return envelope.get("data"), rid
-        msg = str(envelope.get("msg") or envelope["code"])[:300] + _cite(rid)
+        msg = str(envelope.get("msg") or envelope["code"])[:300] + cite(rid)
         text = f"{envelope['code']} {msg}".lower()
         if any(word in text for word in _AUTH_WORDS):
             raise ProviderAuthError(self.name, call, msg)
@@ -163,7 +161,7 @@ class AutoDL(Provider):
             data, rid = self._pro("POST", action, {"page_index": page, "page_size": 100})
             found = data.get("list") if isinstance(data, dict) else None
             if not isinstance(found, list):
-                raise ProviderError(self.name, action, "answer has no list" + _cite(rid))
+                raise ProviderError(self.name, action, "answer has no list" + cite(rid))
             items += found
             last = data["max_page"] if isinstance(data.get("max_page"), int) else 1
             page += 1
@@ -184,7 +182,7 @@ class AutoDL(Provider):
         """The snapshot and its request id."""
         data, rid = self._pro("GET", "snapshot", {"instance_uuid": instance_id})
         if not isinstance(data, dict):
-            raise ProviderError(self.name, "snapshot", "answer holds no snapshot" + _cite(rid))
+            raise ProviderError(self.name, "snapshot", "answer holds no snapshot" + cite(rid))
         return data, rid
 
     def _price(self, instance_id: str) -> float | None:
@@ -226,7 +224,7 @@ class AutoDL(Provider):
         data, rid = self._call("POST", WALLET, "balance", {})
         assets = data.get("assets") if isinstance(data, dict) else None
         if not isinstance(assets, (int, float)) or isinstance(assets, bool):
-            raise ProviderError(self.name, "balance", "answer holds no wallet assets" + _cite(rid))
+            raise ProviderError(self.name, "balance", "answer holds no wallet assets" + cite(rid))
         return Balance(amount=round(assets / 1000, 3), currency="CNY")
 
     def state(self, instance_id: str) -> tuple[State, str]:
@@ -245,7 +243,7 @@ class AutoDL(Provider):
         if not (isinstance(address, str) and _ADDRESS.match(address) and isinstance(port, int)
                 and 1 <= port <= 65535 and isinstance(password, str) and password):
             raise ProviderError(self.name, "snapshot", "no complete SSH endpoint yet (host, port and password); "
-                                "the instance may still be starting" + _cite(rid))
+                                "the instance may still be starting" + cite(rid))
         return Endpoint(address=address, port=port, user=_user(snap.get("ssh_command")), password=password)
 
     def power_on(self, instance_id: str) -> None:
@@ -301,13 +299,8 @@ class AutoDL(Provider):
         uuid = data.get("instance_uuid") if isinstance(data, dict) else data
         if not (isinstance(uuid, str) and _UUID.match(uuid)):
             raise ProviderError(self.name, "create", "answer holds no instance uuid; an instance may have been "
-                                f"created: look at {self.console}" + _cite(rid))
+                                f"created: look at {self.console}" + cite(rid))
         return uuid
-
-
-def _cite(request_id: str) -> str:
-    """`` (request_id X)`` for a message, or nothing."""
-    return f" (request_id {request_id})" if request_id else ""
 
 
 def _squash(word: str) -> str:

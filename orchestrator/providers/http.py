@@ -24,6 +24,7 @@ The token never goes anywhere but the API it was given for:
 from __future__ import annotations
 
 import json
+import re
 import socket
 import urllib.error
 import urllib.parse
@@ -38,6 +39,7 @@ from orchestrator.termtext import clean
 
 MAX_ANSWER = 4 * 1024 * 1024
 MAX_WHERE = 200  # characters of a redirect's target named in a message
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # a provider's request id (AutoDL's envelope) fit to quote
 
 
 def timeout_s() -> float:
@@ -130,6 +132,17 @@ class JsonClient:
         raise ProviderError(self.provider, call, f"HTTP {exc.code}{text}", status=exc.code) from None
 
 
+def request_id(value: object) -> str:
+    """``value`` when it is a request id fit to quote in a message (``REQUEST_ID``: untrusted
+    text), else ""."""
+    return value if isinstance(value, str) and REQUEST_ID.match(value) else ""
+
+
+def cite(rid: str) -> str:
+    """`` (request_id RID)`` for the end of a message, or nothing when ``rid`` is ""."""
+    return f" (request_id {rid})" if rid else ""
+
+
 def _words(raw: bytes) -> str:
     """A provider's error body as a short suffix for a message (untrusted: decoded, cut,
     control characters dropped)."""
@@ -141,10 +154,7 @@ def _words(raw: bytes) -> str:
                        or text)
             if isinstance(parsed.get("errors"), list) and parsed["errors"]:
                 text += " (" + "; ".join(str(e) for e in parsed["errors"][:5]) + ")"
-            rid = parsed.get("request_id")  # AutoDL's envelope: what its support asks for
-            if isinstance(rid, str) and rid.isascii() and len(rid) <= 128 \
-                    and rid.replace("-", "").replace("_", "").replace(".", "").isalnum():
-                cited = f" (request_id {rid})"
+            cited = cite(request_id(parsed.get("request_id")))  # AutoDL's envelope: what its support asks for
     except ValueError:
         pass
     text = clean(" ".join(text.split()))

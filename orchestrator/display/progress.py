@@ -32,6 +32,19 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
+def run_span(status: dict[str, Any], created: float, now: float) -> tuple[float, float]:
+    """When a job began and when it ended, from its status (the server's, read as untrusted):
+    from its first attempt's start (``first_started``, ignored when later than ``started``),
+    else this attempt's (``started``), else ``created``; to ``ended``, else where its provider
+    box was seen down (``box_stopped_at``, ``jobs/nodes.py``), else ``now`` — never before it
+    began. ELAPSED and COST (``row_fields``) and ``orch spend`` (``jobs/spend.py``) count it."""
+    started = _num(status.get("started")) or created
+    first = _num(status.get("first_started"))
+    since = first if first is not None and first <= started else started
+    ended = _num(status.get("ended")) or _num(status.get("box_stopped_at"))  # the box stopped: so did the job
+    return since, max(ended or now, since)
+
+
 def duration(seconds: float | None) -> str:
     """``42s``, ``5m03s``, ``2h07m``, ``3d04h``; empty for None."""
     if seconds is None:
@@ -194,10 +207,8 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     now = time.time() if now is None else now
     metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
     started = _num(status.get("started")) or created
-    first = _num(status.get("first_started"))
-    since = first if first is not None and first <= started else started
-    ended = _num(status.get("ended")) or _num(status.get("box_stopped_at"))  # the box stopped: so did the job
-    elapsed = max((ended or now) - since, 0.0)
+    since, end = run_span(status, created, now)
+    elapsed = end - since
     step_value = _num(metrics.get("step"))
     step = int(step_value) if step_value is not None else None
     total_value = _num(metrics.get("total_steps"))

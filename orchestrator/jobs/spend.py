@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
+from orchestrator.display.progress import run_span
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.plan.budget import currency_of
@@ -109,19 +110,6 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _span(record: JobRecord, now: float) -> tuple[float, float]:
-    """When the job began (its first attempt's start) and ended (or when orch saw its provider
-    box down, ``box_stopped_at``; or now while not finished), from its record as ``orch
-    status`` reads it."""
-    status = record.status()
-    started = _num(status.get("started")) or record.created
-    first = _num(status.get("first_started"))
-    since = first if first is not None and first <= started else started
-    ended = _num(status.get("ended"))
-    ended = ended if ended is not None else _num(status.get("box_stopped_at"))
-    return since, max(ended if ended is not None else now, since)
-
-
 def _entry(inventory: Inventory, name: str) -> Host | None:
     try:
         return inventory.get(name)
@@ -153,7 +141,7 @@ def spend(records: list[JobRecord], inventory: Inventory, month: str | None = No
     for record in records:
         if record.state == SUBMITTING or not record.hosts:
             continue
-        since, until = _span(record, now)
+        since, until = run_span(record.status(), record.created, now)  # as orch status counts it
         if not (since < end and until > start) and not start <= since < end:
             continue  # not in this month
         inside = max(min(until, end) - max(since, start), 0.0)

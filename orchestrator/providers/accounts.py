@@ -9,7 +9,7 @@ does not answer, a provider whose adapter cannot list (``NotSupported``) is that
 ``error`` (with its exit code) while the others are listed. Each instance is matched to the
 host entry that names it (same provider and instance id: ids are unique per provider) and
 given the commands that add it, power it off and release it (``Commands``). An instance no
-entry names, in a state that bills (``BILLING``), is *billing, unknown to orch*.
+entry names, in a state that bills (``Instance.bills``), is *billing, unknown to orch*.
 
 ``DailyCheck`` is ``orch status``'s watch for such instances: only accounts whose hosts status
 is contacting anyway, listed in a thread beside those contacts, each at most once per
@@ -33,13 +33,11 @@ from typing import Any, Callable, Iterable
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.home import write_private
 from orchestrator.hosts.inventory import NAME_RE, Host
-from orchestrator.providers.api import Instance, NotSupported, State
+from orchestrator.providers.api import Instance, NotSupported
 from orchestrator.providers.http import check_api_url
 from orchestrator.providers.open import open_named
 from orchestrator.providers.registry import PROVIDERS
 
-# States in which an instance is (or is about to be) billed for its GPU.
-BILLING: tuple[State, ...] = ("running", "starting", "stopping", "creating")
 CHECK_FILE = "instances-check.json"
 CHECK_EVERY_S = 3600.0
 WARN_EVERY_S = 86400.0
@@ -198,7 +196,7 @@ def list_account(account: Account, hosts: list[Host], now: float | None = None) 
         taken.add(name)
         commands = commands_for(account, instance, host, name)
         age = now - instance.created_at.timestamp() if instance.created_at is not None else None
-        listed.append(Listed(instance, host, instance.state in BILLING, age, commands))
+        listed.append(Listed(instance, host, instance.bills, age, commands))
     return Holding(account, tuple(listed))
 
 

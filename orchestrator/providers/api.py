@@ -89,6 +89,15 @@ class Instance:
     label: str = ""
     gpu: str = ""
     created_at: datetime | None = None
+    gpu_held: bool = False
+
+    @property
+    def bills(self) -> bool:
+        """Whether the instance is (or may be) charged for: on, on its way up or down, being
+        created, off while its provider still holds its GPU, ``failed`` — still rented (vast's
+        ``exited``/``offline``, RunPod's ``ERROR``, AutoDL's ``failed``) until someone releases
+        it — or in a state orch does not know (vast's ``unknown``: no word from its host)."""
+        return self.state not in ("off", "released") or self.gpu_held
 
 
 @dataclass(frozen=True)

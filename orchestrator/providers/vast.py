@@ -203,7 +203,7 @@ class Vast(Marketplace):
         words = f"{count}x {gpu}" if isinstance(count, int) and isinstance(gpu, str) else (gpu or "")
         return Instance(id=str(row["id"]), state=state, status=status, currency="USD",
                         price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None,
-                        label=_text(row.get("label"), 80), gpu=_text(words, 80),
+                        label=_text(row.get("label"), 80), gpu=_text(words, 80), gpu_held=status == "frozen",
                         created_at=datetime.fromtimestamp(start, timezone.utc)
                         if isinstance(start, (int, float)) and 0 < start < 1e11 else None)
 

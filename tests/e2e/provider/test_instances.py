@@ -112,6 +112,23 @@ def test_an_account_that_fails_is_one_line_and_the_others_are_still_listed(orch:
     assert stray not in vast.billing()
 
 
+def test_an_unknown_instance_whose_container_exited_is_still_listed_as_billing(orch: Orch, vast: VastStandin) -> None:
+    """vast keeps an exited instance rented (its GPU held) until it is destroyed: orch calls it
+    failed, and an unknown one is billing, unknown to orch, with the release that ends it."""
+    orch.env[KEY] = vast.token
+    standin_call(vast, "exit_on_start", status_msg="Error response from daemon: OCI runtime create failed")
+    stray = from_the_console(vast, "exits-at-once")
+    wait_until(lambda: vast.boxes[stray].status == "exited", what="the console instance to exit", timeout=60)
+    (account,) = orch.json("instances", "--provider", "vast", "--token-env", KEY, "--api-url", vast.url)
+    found = {i["id"]: i for i in account["instances"]}[stray]
+    assert (found["state"], found["billing"], found["unknown_billing"]) == ("failed", True, True), found
+    assert found["status"].startswith("exited: Error response from daemon"), found
+    assert stray in vast.billing()
+    orch(*shlex.split(found["commands"]["release"].partition(" && ")[0])[1:])
+    orch("release", found["commands"]["release"].rpartition(" ")[2], "--yes")
+    assert stray not in vast.billing()
+
+
 def sleeper(orch: Orch, name: str, host: str) -> str:
     """Submit a job that sleeps on ``host``; its id."""
     ws = orch.cwd / f"ws-{name}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from orchestrator.cli.instances import lines_of
 from orchestrator.hosts.inventory import Host, ProviderRef
 from orchestrator.providers.accounts import Account, Holding, accounts_of, commands_for
@@ -50,3 +52,12 @@ def test_an_account_that_cannot_list_is_one_line_and_no_failure() -> None:
                       Holding(Account("vast", "VAST_API_KEY"))], width=None)
     assert lines == ["runpod $RUNPOD_API_KEY: listing the account's instances is not available (not supported)",
                      "vast $VAST_API_KEY: no instances"]
+
+
+@pytest.mark.parametrize(("state", "gpu_held", "bills"), [
+    ("running", False, True), ("starting", False, True), ("stopping", False, True), ("creating", False, True),
+    ("failed", False, True), ("off", True, True), ("off", False, False), ("released", False, False),
+    ("unknown", False, True)])
+def test_an_instance_bills_unless_it_is_off_without_its_gpu_or_released(state: str, gpu_held: bool,
+                                                                      bills: bool) -> None:
+    assert Instance(id="1", state=state, status="", gpu_held=gpu_held).bills is bills  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ def test_instances_follows_next_token_through_the_v1_list(api: dict[str, Any]) -
     assert first.created_at is not None and first.created_at.year == 2025
     assert (second.id, second.state, second.status, second.label, second.created_at) == ("2", "off", "frozen",
                                                                                          "", None)
+    assert first.bills and second.bills  # frozen: off to orch, "GPU charges apply" to vast
 
 
 def test_the_v0_list_answers_where_v1_is_not_served_and_one_instance_comes_through_v1_where_v0_is_gone(

@@ -95,6 +95,8 @@ class Supervisor:
         self.slurm = bool(self.job.get("slurm"))
         self.child: Optional[subprocess.Popen] = None
         self.stopped_child: Optional[subprocess.Popen] = None  # the child the time-limit warning stopped
+        self.ended_child: Optional[subprocess.Popen] = None  # the last child run_step saw end (under tree_lock)
+        self.tree_lock = threading.Lock()  # a stop's look at the tree vs. run_step moving past its child's end
         self.stepping = False  # the job's own step runs (in an allocation: srun's), not the setup
         self.recorder: Optional[repro.Recorder] = None
         self.manifests: Optional[ManifestCache] = None
@@ -193,14 +195,22 @@ class Supervisor:
                              daemon=True).start()
 
     def _stop_tree(self, grace: float) -> None:
-        """SIGTERM, then SIGKILL after ``grace``. In a Slurm allocation the job's processes are
-        not this tree's (slurmstepd starts them): they get SIGTERM through Slurm first, and srun
-        is stopped only if they outlive ``grace``. The setup runs in this tree: stopped directly."""
+        """SIGTERM, then SIGKILL after ``grace``, to the running child's tree. In a Slurm
+        allocation the job's processes are not this tree's (slurmstepd starts them): they get
+        SIGTERM through Slurm first, and srun is stopped only if they outlive ``grace``. The
+        setup runs in this tree: stopped directly. Once ``run_step`` saw the child end it stops
+        what is left of it itself, and what runs after (the requeue's ``scontrol``, the end's
+        records) is not the child's: this stop then leaves the tree alone."""
+        child = self.child
         if self.slurm and self.stepping and allocation.stop_steps(self.job):
             deadline = time.time() + grace
-            while self.child is not None and self.child.poll() is None and time.time() < deadline:
+            while child is not None and child.poll() is None and time.time() < deadline:
                 time.sleep(0.1)
-        processes.stop(self.job_procs(), grace)
+        with self.tree_lock:
+            if child is None or child is self.ended_child:
+                return
+            procs = self.job_procs()
+        processes.stop(procs, grace)
 
     def job_procs(self) -> List[processes.Proc]:
         """The job's process tree: every descendant of this supervisor (orphaned workers
@@ -251,6 +261,8 @@ class Supervisor:
         if started is not None:
             started()
         code = self.child.wait()
+        with self.tree_lock:  # a stop that has not looked at the tree yet now leaves it to this line
+            self.ended_child = self.child
         processes.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
         return code
 

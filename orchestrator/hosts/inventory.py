@@ -263,6 +263,9 @@ class Inventory:
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(part) for part in error.get("loc", ()))
+            if error.get("type") == "extra_forbidden":  # a field a newer orch writes: say so before the fix
+                raise self.broken(name, f"{where}: a field this orch does not know, so a newer orch wrote it; "
+                                        "upgrade orch (pip install -U orch-gpu) to use the entry as it is, or") from None
             raise self.broken(name, f"{where + ': ' if where else ''}{error['msg']}") from None
         if host.name != name:
             raise self.broken(name, f"its name is {host.name!r}, not {name!r} as its file name says")

@@ -11,6 +11,8 @@ Sweeps (``orch submit --sweep``, docs/sweeps.md) are a table of their own, ``swe
 job's sweep, its combination number and values, written with the job's row and never touched
 by ``update`` (which replaces ``detail`` wholesale), and a ``summary`` of a finished job
 (its best eval loss) so ``orch status --sweep`` of finished jobs asks no host.
+The file's layout version, its migrations and the rules that let an older and a newer orch
+share it (every column named in every read and write) are ``layout.py``'s.
 Light on purpose: sqlite3 and the standard library only, so ``orch status`` of finished jobs
 starts fast.
 """
@@ -30,7 +32,7 @@ from typing import Any, Iterable, Iterator
 from orchestrator.errors import LocalFileError, UsageError
 from orchestrator.home import orch_home
 from orchestrator.state import db as db_file
-from orchestrator.state import fences
+from orchestrator.state import fences, layout
 from remote_payload.contract import protocol
 
 TERMINAL = protocol.TERMINAL  # a job never leaves these states by itself
@@ -38,30 +40,10 @@ SUBMITTING = "submitting"  # reserved by a submit that has not yet seen its laun
 LISTED = 8  # ids an ambiguous prefix's error names before "and N more"
 _ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # plan.make_job_id: <name>-<yyyymmdd-hhmmss>-<4 hex>
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    spec_path TEXT NOT NULL,
-    hosts TEXT NOT NULL,
-    job_dir TEXT NOT NULL,
-    created REAL NOT NULL,
-    state TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT '{}',
-    updated REAL NOT NULL
-)
-"""
-SWEEP_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sweep_jobs (
-    job_id TEXT PRIMARY KEY,
-    sweep TEXT NOT NULL,
-    combination INTEGER NOT NULL,
-    combinations INTEGER NOT NULL,
-    vals TEXT NOT NULL,
-    summary TEXT NOT NULL DEFAULT '{}'
-)
-"""
-COLUMNS = {"job_id", "name", "spec_path", "hosts", "job_dir", "created", "state", "detail", "updated"}
+# The tables are layout.py's (which makes them and migrates an older file forward); every read
+# and write here names its columns.
+JOB_COLUMNS = "job_id, name, spec_path, hosts, job_dir, created, state, detail, updated"
+SWEEP_COLUMNS = "job_id, sweep, combination, combinations, vals, summary"
 # The final status row lives inside ``detail`` under this key (no new column: an older orch
 # sharing this ORCH_HOME keeps working); ``JobRecord.detail`` never shows it.
 FINAL_KEY = "_orch_final_row"
@@ -70,6 +52,10 @@ FINAL_KEY = "_orch_final_row"
 # no server to name them. ``JobRecord.secret_env``.
 SECRET_NAMES_KEY = "_orch_secret_env"
 KEPT_KEYS = (SECRET_NAMES_KEY,)
+# Keys of ``detail`` that are orch's own, not the host's status: this orch knows these two; any
+# other key with this prefix was written by a newer orch (layout.py's rules) and is kept through
+# ``update`` and ``move`` as ``KEPT_KEYS`` are, and never shown.
+PRIVATE = "_orch_"
 
 
 @dataclass(frozen=True)
@@ -130,21 +116,16 @@ class Registry:
         try:
             with closing(self._connect()) as db, db:
                 _wal(db)
-                db.execute(SCHEMA)
-                db.execute(SWEEP_SCHEMA)
-                db.execute("CREATE INDEX IF NOT EXISTS sweep_jobs_by_sweep ON sweep_jobs (sweep, combination)")
                 problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
-                columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)").fetchall()}
+                if problems != ["ok"]:
+                    raise self.damaged("; ".join(str(p) for p in problems[:2]))
+                layout.prepare(db, self.path)  # too new for this orch: refused, left as it is; older: migrated
         except sqlite3.OperationalError as exc:
             if db_file.is_busy(exc):
                 raise db_file.busy(self.path) from None  # another orch holds it past the wait: not damage
             raise self.damaged(exc) from None
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, ValueError) as exc:
             raise self.damaged(exc) from None
-        if problems != ["ok"]:
-            raise self.damaged("; ".join(str(p) for p in problems[:2]))
-        if not COLUMNS <= columns:
-            raise self.damaged(f"its jobs table lacks {', '.join(sorted(COLUMNS - columns))}: not orch's registry")
         self.path.chmod(0o600)
 
     def damaged(self, reason: object) -> LocalFileError:
@@ -172,11 +153,11 @@ class Registry:
         detail = dict(detail or {}, **({SECRET_NAMES_KEY: list(secret_env)} if secret_env else {}))
         with db_file.writing(self.path) as db:
             db.execute(
-                "INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR IGNORE INTO jobs ({JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
                 (job_id, name, spec_path, json.dumps(hosts), job_dir, now, state, json.dumps(detail or {}), now),
             )
             if sweep is not None:
-                db.execute("INSERT OR IGNORE INTO sweep_jobs VALUES (?,?,?,?,?,?)",
+                db.execute(f"INSERT OR IGNORE INTO sweep_jobs ({SWEEP_COLUMNS}) VALUES (?,?,?,?,?,?)",
                            (job_id, sweep.sweep, sweep.combination, sweep.combinations, json.dumps(sweep.values),
                             json.dumps(sweep.summary)))
 
@@ -237,7 +218,7 @@ class Registry:
         """Record the job's ``state`` and status ``detail``. A recorded final row is kept
         when the state stays the same terminal state (``orch logs`` of a finished job records
         the same end again) and dropped otherwise (``orch resume``)."""
-        detail = {k: v for k, v in (detail or {}).items() if k != FINAL_KEY and k not in KEPT_KEYS}
+        detail = {k: v for k, v in (detail or {}).items() if not k.startswith(PRIVATE)}
         with db_file.writing(self.path) as db:  # read and write as one step
             row = db.execute("SELECT state, detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             kept = row is not None and row[0] == state and state in TERMINAL
@@ -257,7 +238,7 @@ class Registry:
         it left) are fenced (``fences.add``): durable before anything else happens."""
         with db_file.writing(self.path) as db:  # read and write as one step
             row = db.execute("SELECT detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-            detail = dict({k: v for k, v in detail.items() if k not in KEPT_KEYS}, **(_kept(row[0]) if row else {}))
+            detail = dict({k: v for k, v in detail.items() if not k.startswith(PRIVATE)}, **(_kept(row[0]) if row else {}))
             db.execute("UPDATE jobs SET hosts=?, job_dir=?, state=?, detail=?, updated=? WHERE job_id=?",
                        (json.dumps(hosts), job_dir, "pending", json.dumps(detail), time.time(), job_id))
             fences.add(db, job_id, superseded or [], hosts)
@@ -286,6 +267,7 @@ class Registry:
             detail = _loads(r[7])
             final = _final(detail.pop(FINAL_KEY, None))
             names = detail.pop(SECRET_NAMES_KEY, None)
+            detail = {k: v for k, v in detail.items() if not k.startswith(PRIVATE)}  # a newer orch's own keys
             yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], detail,
                             final if r[6] in TERMINAL else None,
                             [n for n in names if isinstance(n, str)] if isinstance(names, list) else [])
@@ -310,9 +292,10 @@ class Registry:
 
 
 def _kept(text: str) -> dict[str, Any]:
-    """The ``KEPT_KEYS`` of a ``detail`` column."""
+    """What ``update`` and ``move`` keep of a ``detail`` column: the ``KEPT_KEYS``, and every
+    ``PRIVATE`` key a newer orch wrote (all but ``FINAL_KEY``, which ``update`` rules on)."""
     old = _loads(text)
-    return {k: old[k] for k in KEPT_KEYS if k in old}
+    return {k: v for k, v in old.items() if k in KEPT_KEYS or (k.startswith(PRIVATE) and k != FINAL_KEY)}
 
 
 def _loads(text: str) -> dict[str, Any]:

@@ -133,9 +133,11 @@ BROKEN_ENTRIES = {
     "key not a key": lambda good: json.dumps({**json.loads(good), "host_key": "ssh-ed25519 " + base64.b64encode(
         b"\0\0\0\x07ssh-rsa\0\0\0\x01\x03").decode()}).encode(),
     "name differs": lambda good: json.dumps({**json.loads(good), "name": "other"}).encode(),
+    "a newer orch's field": lambda good: json.dumps({**json.loads(good), "jump_host": "bastion"}).encode(),
 }
 PROBLEMS = {"not UTF-8": "not UTF-8", "not JSON": "Invalid JSON", "key not base64": "not valid base64",
-            "key not a key": "not a valid ssh-ed25519 key", "name differs": "its name is 'other'"}
+            "key not a key": "not a valid ssh-ed25519 key", "name differs": "its name is 'other'",
+            "a newer orch's field": "jump_host: a field this orch does not know, so a newer orch wrote it; upgrade orch"}
 
 
 @pytest.mark.parametrize("kind", list(BROKEN_ENTRIES))

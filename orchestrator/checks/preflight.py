@@ -134,6 +134,7 @@ def judge(facts: dict[str, Any], skew_s: float, needs: Needs, cluster: list[Row]
         rows.append(Row(name, clean(str(tools.get(name))) if tools.get(name) else "missing",
                         OK if tools.get(name) else WARN, "" if tools.get(name) else "not needed by orch; handy by hand"))
     rows += _workspace_rows(facts)
+    rows += _job_rows(facts)
     skew_ok = abs(skew_s) <= MAX_SKEW_S
     rows.append(Row("clock skew", f"{skew_s:+.1f} s", OK if skew_ok else WARN,
                     "" if skew_ok else "orch corrects its own times; the job's log lines carry the server's"))
@@ -157,6 +158,31 @@ def _workspace_rows(facts: dict[str, Any]) -> list[Row]:
         rows.append(Row("workspace", f"{clean(str(space.get('name')))[:60]} ({size})", OK,
                         f"from {clean(str(space.get('laptop')))[:40]}:{clean(str(space.get('path')))[:120]}, "
                         f"synced {when}"))
+    return rows
+
+
+def _job_rows(facts: dict[str, Any]) -> list[Row]:
+    """One row per unfinished job on the host (the server's probe of each: state, its
+    supervisor's process state and heartbeat age); ``warn`` with the reason for one whose
+    supervisor is not answering (remote_payload/jobdir/answering.py). None when the server
+    does not say (an older payload)."""
+    jobs = facts.get("jobs")
+    if not isinstance(jobs, list):
+        return []
+    if not jobs:
+        return [Row("jobs", "none running", OK)]
+    rows = []
+    for job in jobs[:50]:
+        if not isinstance(job, dict):
+            continue
+        silent = isinstance(job.get("not_answering_s"), (int, float)) and not isinstance(job["not_answering_s"], bool)
+        age = job.get("heartbeat_age_s")
+        seen = f", last heartbeat {int(age)} s ago" if isinstance(age, (int, float)) and not isinstance(age, bool) else ""
+        process = f"supervisor pid {clean(str(job.get('supervisor_pid')))}: {clean(str(job['supervisor_process']))}" \
+            if isinstance(job.get("supervisor_process"), str) else ""
+        note = clean(str(job.get("reason") or ""))[:300] if silent or not process else process + seen
+        rows.append(Row("job", f"{clean(str(job.get('job_id')))[:80]} {clean(str(job.get('state')))[:20]}"
+                        + (" (not answering)" if silent else ""), WARN if silent else OK, note))
     return rows
 
 

@@ -40,8 +40,11 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     env = shown.get("environment") if isinstance(shown.get("environment"), dict) else {}
     git = shown.get("git") if isinstance(shown.get("git"), dict) else None
     freeze = shown.get("pip_freeze") or ""
+    status = shown.get("status") if isinstance(shown.get("status"), dict) else {}
+    silent = " (not answering)" if isinstance(status.get("not_answering_s"), (int, float)) else ""
     lines = [
-        f"job:      {record.job_id} ({shown.get('status', {}).get('state')}) on {', '.join(record.hosts)}",
+        f"job:      {record.job_id} ({status.get('state')}{silent}) on {', '.join(record.hosts)}",
+        *supervisor_lines(status),
         *sweep_lines(entry),
         *ran_on(shown.get("moves")),
         *left_behind(fences.of_job(app.registry.path, record.job_id)),
@@ -61,6 +64,20 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
     if pip:
         lines += ["--- pip freeze", freeze.rstrip()]
     click.echo(clean("\n".join(lines)))
+
+
+def supervisor_lines(status: dict[str, object]) -> list[str]:
+    """The ``supervisor:`` line of an unfinished job (its first node's): pid, process state,
+    heartbeat age; under it the reason when it is not answering (remote_payload/jobdir/answering.py)."""
+    process = status.get("supervisor_process")
+    if not isinstance(process, str):
+        return []
+    age = status.get("heartbeat_age_s")
+    line = f"supervisor: pid {status.get('supervisor_pid')}, {process}"
+    line += f", last heartbeat {int(age)} s ago" if isinstance(age, (int, float)) else ""
+    if isinstance(status.get("not_answering_s"), (int, float)) and status.get("reason"):
+        return [line, f"  {status['reason']}"]
+    return [line]
 
 
 def sweep_lines(entry: SweepEntry | None) -> list[str]:

@@ -135,13 +135,16 @@ STATUS_COLUMNS = [
 WIDE_REASON = 200  # cells of a reason shown by --wide (a server's reason is not a log)
 _RANK_PREFIX = re.compile(r"^rank \d+ on node \d+: ")  # supervisor/failure.py's reason, as the table shows it
 _FULL_LOG = re.compile(r";? *full log: orch logs \S+$")
+_NOT_ANSWERING = re.compile(r"^supervisor not answering for (?=\d+ s: )")  # remote_payload/jobdir/answering.py
 
 
 def table_reason(reason: str, nodes: int) -> str:
     """A reason as the REASON column shows it: the failure line's pointer to the log dropped
-    (``orch logs JOB`` is known), and on a one-node job its ``rank R on node N:`` head (the
-    exception comes first). The whole reason is in ``orch status JOB`` and ``--json``."""
-    short = _FULL_LOG.sub("", reason)
+    (``orch logs JOB`` is known), on a one-node job its ``rank R on node N:`` head (the
+    exception comes first), and a silent supervisor's ``supervisor not answering for`` head
+    (STATE says ``(not answering)``; ``43 s: stopped ...`` is left). The whole reason is in
+    ``orch status JOB`` and ``--json``."""
+    short = _NOT_ANSWERING.sub("", _FULL_LOG.sub("", reason))
     return (_RANK_PREFIX.sub("", short) if nodes == 1 else short) or reason
 
 
@@ -217,6 +220,7 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     over_at, resumed_from = _started_over(status, step)
     state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "") \
         + (" (unsupervised)" if status.get("unsupervised") else "") \
+        + (" (not answering)" if _num(status.get("not_answering_s")) is not None else "") \
         + (" (started over)" if over_at is not None else "")
     when = _num(metrics.get("time")) or now
     if status.get("state") == "running" and step and total and when > started:

@@ -144,7 +144,9 @@ def statuses(host: Host, inventory: Inventory, job_ids: list[str]) -> dict[str, 
 
 
 def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
-    """One status for the job from its nodes' statuses (node order = host order)."""
+    """One status for the job from its nodes' statuses (node order = host order); while it
+    is active, the ``not_answering_s`` and ``supervisor_process`` of the node whose supervisor
+    has been silent longest."""
     states = [s.get("state") for s in per_node]
     if all(s == "succeeded" for s in states):
         state = "succeeded"
@@ -154,6 +156,11 @@ def aggregate(per_node: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(first, state=state)
     if any(s.get("unsupervised") for s in per_node):
         out["unsupervised"] = True
+    silent = [s for s in per_node if isinstance(s.get("not_answering_s"), (int, float)) and s.get("state") in ACTIVE]
+    out.pop("not_answering_s", None)
+    if silent and state in ACTIVE:  # a node's supervisor does not answer (remote_payload/jobdir/answering.py)
+        worst = max(silent, key=lambda s: s["not_answering_s"])
+        out.update({k: worst[k] for k in ("not_answering_s", "supervisor_process") if k in worst})
     places = [s["queue_position"] for s in per_node
               if s.get("state") == "queued" and isinstance(s.get("queue_position"), int)]
     out.pop("queue_position", None)

@@ -118,6 +118,8 @@ JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobdir/st
     "log_nodes": (int, OPT), "slurm_job": (str, OPT),  # a Slurm job: its node logs, its latest Slurm job id
     "queue_position": ((int, NONE), OPT), "gpus": (list, OPT),  # queued: its place; then the GPUs it got
     "first_started": (MAYBE_NUMBER, OPT), "resumed_from_step": ((int, NONE), OPT),  # across attempts (orch resume)
+    # a live supervisor (jobdir/answering.py): its /proc state, its heartbeat's age, that age when it is not answering
+    "supervisor_process": (str, OPT), "heartbeat_age_s": (NUMBER, OPT), "not_answering_s": (NUMBER, OPT),
 }
 JOB = {"job": (str, REQUIRED)}
 
@@ -158,7 +160,8 @@ REQUESTS: Dict[str, Request] = {
                       reads=True, writes=True),
     "tcp_check": Request({"host": (str, REQUIRED), "port": (int, REQUIRED)},
                          {"ok": (bool, REQUIRED), "reason": (str, OPT), "seconds": (NUMBER, OPT)}),
-    "preflight": Request({"torch_timeout": (NUMBER, 60.0)}, {"root": (str, REQUIRED)}),
+    "preflight": Request({"torch_timeout": (NUMBER, 60.0)}, {"root": (str, REQUIRED),
+                                                             "jobs": (list, OPT)}),  # its unfinished jobs' statuses
     # moving a job (orch resume --on; remote_payload/move/job.py): the source's listing, the target's staging
     "move_list": Request(JOB, {"files": (list, REQUIRED), "checkpoint": ((str, NONE), REQUIRED),
                                "links": (list, REQUIRED), "outside": (list, REQUIRED), "attempt": (int, REQUIRED),

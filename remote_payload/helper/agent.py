@@ -16,19 +16,20 @@ import time
 from typing import Any, Dict, List, Optional
 
 from remote_payload.contract.jobfolder import AWAITING_FETCH, CODE_DIR, SNAPSHOT, SUPERVISOR_SCRIPT, atomic_write_json, read_json
-from remote_payload.contract.protocol import GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
+from remote_payload.contract.protocol import ACTIVE, GRACE_S, LOST, RESUMABLE, SUCCEEDED, TERMINAL, UNKNOWN
 from remote_payload.helper import stage, workspace
-from remote_payload.jobdir import processes
+from remote_payload.jobdir import answering, processes
 from remote_payload.jobdir import record as repro
 from remote_payload.jobdir.manifest import build_manifest, keep_hashes, known_hashes, snapshot_record
 from remote_payload.jobdir.processes import boot_id, pid_alive
 from remote_payload.jobdir.reserve import full_at
-from remote_payload.jobdir.status import kill_group, last_metrics, read_status, survivors_of
+from remote_payload.jobdir.status import kill_group, kill_supervisor, last_metrics, read_status, survivors_of
 from remote_payload.move import job as movejob
 from remote_payload.slurm import job as slurmjob
 from remote_payload.supervisor import secrets
 
 PENDING_GRACE_S = 30.0
+UNFINISHED_SHOWN = 50  # jobs orch hosts check lists (unfinished, newest first)
 FINISHING_S = 120.0  # how long move_list waits for an ended job's supervisor to finish its records
 
 
@@ -172,7 +173,9 @@ class Agent:
 
     def probe(self, job_id: str) -> Dict[str, Any]:
         """The job's status with ``lost`` decided here: no live supervisor, no terminal state
-        (a Slurm job's: ``slurmjob.probe``, from Slurm's word)."""
+        (a Slurm job's: ``slurmjob.probe``, from Slurm's word). A live supervisor's process
+        state and heartbeat age are added, and one silent for several beats is reported not
+        answering, the job's state kept (``jobdir/answering.py``)."""
         d = self.job_dir(job_id)
         if not os.path.isdir(d):
             return {"job_id": job_id, "state": "unknown", "reason": "no such job on this host"}
@@ -187,6 +190,8 @@ class Agent:
             return {"job_id": job_id, "state": "lost", "reason": "the supervisor never started"}
         else:
             st["job_id"] = job_id
+        for key in answering.FIELDS:  # the probe's own word, never status.json's
+            st.pop(key, None)
         if st["state"] == "unknown" or job is not None:  # broken status.json: say so, decide nothing from it
             pass
         elif st["state"] == "pending" and time.time() - float(st.get("heartbeat") or 0) < PENDING_GRACE_S:
@@ -205,7 +210,10 @@ class Agent:
                     st.update(state="failed", reason="disk full: %s; the supervisor could not record the job's "
                                                      "end" % full_at(d))
                 else:
-                    st.update(state="lost", reason="the supervisor is not running (killed?)")
+                    st.update(state="lost", reason=answering.gone(int(st.get("supervisor_pid") or 0)))
+            else:  # it lives: does it answer (a stopped or hung one keeps the job's state, with the reason)?
+                heartbeat_s = (read_json(os.path.join(d, "job.json")) or {}).get("heartbeat_s")
+                st.update(answering.look(st, heartbeat_s, time.time()))
         metrics = last_metrics(os.path.join(d, "metrics.jsonl"))
         if metrics is not None:
             st["metrics"] = metrics
@@ -222,6 +230,28 @@ class Agent:
                 out[job_id] = {"job_id": job_id, "state": "unknown",
                                "reason": ("its files on the server are unreadable: %s: %s" % (type(exc).__name__, exc))[:300]}
         return {"jobs": out}
+
+    def unfinished(self, limit: int = UNFINISHED_SHOWN) -> List[Dict[str, Any]]:
+        """The probed statuses of the jobs on this host that are pending, queued, setting up
+        or running (of the ``limit`` whose status.json is newest and not terminal): ``orch hosts check`` lists them with their supervisor's
+        process state and heartbeat age (``jobdir/answering.py``)."""
+        jobs = os.path.join(self.root, "jobs")
+        try:
+            names = [n for n in os.listdir(jobs) if not n.startswith(".") and os.path.isdir(os.path.join(jobs, n))]
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            path = os.path.join(jobs, name, "status.json")
+            st = read_status(path) or {}
+            if st.get("state") not in TERMINAL:
+                try:
+                    found.append((os.stat(path).st_mtime, name))
+                except OSError:
+                    found.append((0.0, name))
+        ids = [name for _, name in sorted(found, reverse=True)[:limit]]
+        probed = [dict(st, job_id=job_id) for job_id, st in self.status(ids)["jobs"].items()]
+        return [st for st in probed if st["state"] in ACTIVE]  # a lost job's status.json is never terminal
 
     def cancel(self, job_id: str, grace: float) -> Dict[str, Any]:
         st = self.probe(job_id)
@@ -242,13 +272,21 @@ class Agent:
                 if st["state"] in TERMINAL or st["state"] == LOST:
                     break
                 time.sleep(0.1)
-        if st["state"] not in TERMINAL:  # no supervisor left to do it: do it here
+        if st["state"] not in TERMINAL:  # no supervisor left to do it, or one that did not: do it here
+            why = "cancelled (supervisor was gone)"
+            pid = int(st.get("supervisor_pid") or 0)
+            if pid_alive(pid, "supervisor"):  # alive but deaf to SIGTERM (stopped, hung in C code): never "gone"
+                why = ("cancelled (the supervisor, pid %d, did not stop within %.0f s of SIGTERM: it was killed, "
+                       "then the job's processes)" % (pid, grace + 15))
+                kill_supervisor(pid)
+                if (read_status(os.path.join(d, "status.json")) or {}).get("state") in TERMINAL:  # it ended meanwhile
+                    return self.probe(job_id)
             pgid = int(st.get("pgid") or 0)
             if pgid > 0:
                 kill_group(pgid, grace)
             processes.stop([(int(p[0]), int(p[1])) for p in st.get("procs") or []], grace)
             status = read_json(os.path.join(d, "status.json")) or {"job_id": job_id}
-            status.update(state="cancelled", reason="cancelled (supervisor was gone)", ended=time.time())
+            status.update(state="cancelled", reason=why, ended=time.time())
             manifest_path = os.path.join(d, "manifest.json")
             atomic_write_json(manifest_path, build_manifest(d, read_json(manifest_path)), compact=True)
             atomic_write_json(os.path.join(d, "status.json"), status)

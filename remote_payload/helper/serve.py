@@ -145,7 +145,7 @@ def _fetched(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[s
 def _preflight(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
     from remote_payload.helper import hostfacts as preflight  # standard library only, like this module
 
-    return preflight.collect(agent.root, float(a["torch_timeout"]))
+    return dict(preflight.collect(agent.root, float(a["torch_timeout"])), jobs=agent.unfinished())
 
 
 def _send(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:

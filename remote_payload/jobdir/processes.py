@@ -88,6 +88,34 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def process_state(pid: int) -> "str | None":
+    """The kernel's one-letter state of ``pid`` (``/proc/PID/stat``: R running, S sleeping,
+    D uninterruptible disk sleep, T stopped by a signal, t stopped by a debugger, Z zombie,
+    ...), or None when there is no such process. A process with any thread in ``D`` reads
+    ``D``: its main thread may sleep (S) while the thread that would write its heartbeat is
+    stuck on a hung disk."""
+    if pid <= 0:
+        return None
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0].decode("ascii", "replace")
+    except (OSError, IndexError):
+        return None
+    if state in ("R", "S"):
+        try:
+            tasks = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            tasks = []
+        for tid in tasks:
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid), "rb") as f:
+                    if f.read().rsplit(b")", 1)[-1].split()[0] == b"D":
+                        return "D"
+            except (OSError, IndexError):
+                continue
+    return state
+
+
 def become_subreaper() -> bool:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0

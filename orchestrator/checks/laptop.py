@@ -13,6 +13,9 @@
   rule that excluded it (``.gitignore:3 'data/'``, ``workspace.exclude[0] '*.sh'``) and the
   ``.orchignore`` line that brings it back (``sync/excluded.py``, ``why``).
 
+``launch.progress`` that would blow the server's CPU budget on a short hostile line is refused
+too, and a repeat inside a repeat warned about (``checks/progress.py``).
+
 ``laptop_report`` does the same and returns warnings, which never stop anything:
 
 - an argument of ``launch.command`` that reads as a relative path of the workspace (it holds a
@@ -46,6 +49,7 @@ from pathlib import Path
 
 import pathspec
 
+from orchestrator.checks.progress import progress_problems
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.sync import excluded
@@ -118,7 +122,7 @@ def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]
         return []
     refs = command_refs(command)
     args = path_args(command, {r.index for r in refs})
-    warnings = outputs_warnings(loaded, args)
+    warnings = outputs_warnings(loaded, args) + progress_problems(loaded)  # progress.py: launch.progress
     if not refs and not args:
         return warnings
     chosen = chosen if chosen is not None and chosen.root == root else Chosen(root, loaded.spec.workspace.exclude)

@@ -2,7 +2,7 @@
 
 ``read_status`` bounds and types status.json; ``survivors_of`` finds the processes of a job
 whose supervisor died; ``last_metrics`` reads what ``orch status`` shows from the tail of
-metrics.jsonl; ``kill_group`` stops a process group.
+metrics.jsonl; ``kill_group`` stops a process group, ``kill_supervisor`` a supervisor deaf to SIGTERM.
 """
 
 from __future__ import annotations
@@ -82,6 +82,19 @@ def kill_group(pgid: int, grace: float) -> None:
         return
     deadline = time.time() + 5
     while group_alive(pgid) and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def kill_supervisor(pid: int, wait_s: float = 10.0) -> None:
+    """SIGKILL a supervisor that did not stop on SIGTERM (its handler is Python: it cannot run
+    while the process is stopped or stuck in C code holding the GIL) and wait, at most
+    ``wait_s``, until it no longer runs (a zombie has ended)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.time() + wait_s
+    while processes.pid_alive(pid, "supervisor") and time.time() < deadline:
         time.sleep(0.05)
 
 

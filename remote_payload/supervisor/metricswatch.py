@@ -8,7 +8,11 @@ an error is said once in the node's log and the next poll tries again). See scra
 is recognised and for the contracts: never for the built-in trainer, yields to a job that
 writes ``metrics.jsonl`` itself, bounded, and never raises into the supervisor. Every row it writes carries ``"attempt": N`` when the job's
 env has ``ORCH_ATTEMPT`` (``orch plot`` draws each attempt as its own segment); job.json's
-``progress`` (``launch.progress``) is the job's own progress-line regex.
+``progress`` (``launch.progress``) is the job's own progress-line regex: searched only in a
+worker process (``contract/userpattern.py``), each line under ``LINE_BUDGET_S`` of CPU; a
+pattern that blows it is switched off for the rest of the attempt, said once in the log and
+handed to ``note`` (the supervisor shows it in status.json's ``reason``). The worker's pid is
+never the job's (``helper_pids``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from remote_payload.contract import settings
+from remote_payload.contract.userpattern import PatternWorker
 from remote_payload.jobdir.duties import Duty, describe
 from remote_payload.supervisor import scrape
 
@@ -72,10 +77,11 @@ class MetricsFile:
 
 class Watcher:
     def __init__(self, job_dir: str, node_rank: int, say: Callable[[str], None], attempt: Optional[int] = None,
-                 progress: "Optional[re.Pattern[str]]" = None) -> None:
-        self.job_dir, self.say, self.attempt = job_dir, say, attempt
+                 progress: Optional[PatternWorker] = None, note: Callable[[str], None] = lambda _: None) -> None:
+        self.job_dir, self.say, self.attempt, self.note = job_dir, say, attempt, note
         self.log_path = os.path.join(job_dir, "logs", "node%d.log" % node_rank)
         self.offset = self._log_size()
+        self.progress = progress
         self.parser = scrape.LineParser(progress=progress)
         self.out = MetricsFile(os.path.join(job_dir, "metrics.jsonl"), say)
         self.last_train = self.last_eval = -1.0
@@ -97,6 +103,24 @@ class Watcher:
         """After the job ended: the last pass (``drain``) on the duty's thread, waited for at
         most ``STOP_WAIT_S``."""
         self.duty.stop(wait_s=STOP_WAIT_S)
+        if self.progress is not None:
+            self.progress.close()
+
+    def helper_pids(self) -> "set[int]":
+        """The processes this watcher runs (the pattern's worker): never the job's."""
+        pid = self.progress.pid if self.progress is not None else None
+        return {pid} if pid else set()
+
+    def _progress_off(self) -> None:
+        """Once ``launch.progress`` went off (a line blew its budget): say it, once, and note it."""
+        if self.progress is None or self.progress.off is None:
+            return
+        why, self.progress = self.progress.off, None
+        self.parser.progress = None
+        text = ("launch.progress is switched off for this job: %s; only the built-in formats are read from now on "
+                "(a repeat inside a repeat, like (x+)+, can take exponential time: docs/own-script.md)" % why)
+        self.say(text)
+        self.note(text)
 
     def _write(self, rows: List[Dict[str, Any]]) -> None:
         for row in rows:
@@ -125,6 +149,7 @@ class Watcher:
                 self.offset += len(chunk)
                 budget -= len(chunk)
                 self._write(self.parser.feed(chunk.decode("utf-8", "replace")))
+                self._progress_off()
 
     def _scan_state(self) -> None:
         path = scrape.find_trainer_state(self.job_dir)
@@ -159,12 +184,16 @@ class Watcher:
         every pending row, the newest ``trainer_state.json``."""
         self._read_log(FINAL_READ_BYTES)
         self._write(self.parser.feed("\n") + self.parser.flush())
+        self._progress_off()
         self._scan_state()
 
 
 class _Off:
     def stop(self) -> None:
         pass
+
+    def helper_pids(self) -> "set[int]":
+        return set()
 
 
 def attempt_of(env: Dict[str, str]) -> Optional[int]:
@@ -173,9 +202,10 @@ def attempt_of(env: Dict[str, str]) -> Optional[int]:
     return int(value) if re.fullmatch(r"[0-9]{1,9}", value) else None
 
 
-def progress_pattern(job_dir: str, say: Callable[[str], None]) -> "Optional[re.Pattern[str]]":
-    """job.json's ``progress`` compiled, or None: unset, unreadable, or not a regular
-    expression for this Python (it was checked on the laptop, whose Python may be newer)."""
+def progress_pattern(job_dir: str, say: Callable[[str], None]) -> Optional[PatternWorker]:
+    """job.json's ``progress`` in a started worker (``PatternWorker``), or None: unset,
+    unreadable, or not a regular expression for this Python (it was checked on the laptop,
+    whose Python may be newer: said with ``say``)."""
     try:
         with open(os.path.join(job_dir, "job.json"), "rb") as f:
             text = json.loads(f.read(MAX_JOB_JSON).decode("utf-8", "replace")).get("progress")
@@ -183,22 +213,26 @@ def progress_pattern(job_dir: str, say: Callable[[str], None]) -> "Optional[re.P
         return None
     if not isinstance(text, str) or not text:
         return None
-    try:
-        return re.compile(text)
-    except Exception as exc:  # noqa: BLE001 - re.error, RecursionError, OverflowError ...
-        say("launch.progress is not a regular expression this Python reads (%s): only the built-in formats "
-            "are read" % exc)
+    worker = PatternWorker(text)
+    if worker.off is not None:
+        say("launch.progress is not used: %s; only the built-in formats are read" % worker.off
+            if worker.compile_error is None else
+            "launch.progress is not a regular expression this Python reads (%s): only the built-in formats "
+            "are read" % worker.compile_error)
         return None
+    return worker
 
 
-def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[str, str]) -> Any:
-    """A started Watcher, or an object whose ``stop`` does nothing: for the built-in trainer
-    (it writes its own metrics), when the job's env sets ``ORCH_METRICS_FROM_LOG=0``, and when
-    the watcher cannot start (said with ``say``)."""
+def watch(job_dir: str, node_rank: int, say: Callable[[str], None], env: Dict[str, str],
+          note: Callable[[str], None] = lambda _: None) -> Any:
+    """A started Watcher, or an object whose ``stop`` does nothing (and ``helper_pids`` is
+    empty): for the built-in trainer (it writes its own metrics), when the job's env sets
+    ``ORCH_METRICS_FROM_LOG=0``, and when the watcher cannot start (said with ``say``).
+    ``note`` hears once that ``launch.progress`` was switched off."""
     try:
         if os.path.exists(os.path.join(job_dir, "train.json")) or not settings.metrics_from_log(env):
             return _Off()
-        return Watcher(job_dir, node_rank, say, attempt_of(env), progress_pattern(job_dir, say)).start()
+        return Watcher(job_dir, node_rank, say, attempt_of(env), progress_pattern(job_dir, say), note).start()
     except Exception as exc:  # noqa: BLE001 - metrics are a convenience: said, never a failed job
         say("metrics from the log are not read: %s" % describe(exc))
         return _Off()

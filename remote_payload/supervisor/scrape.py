@@ -26,7 +26,9 @@ A user script that never writes ``metrics.jsonl`` itself still gets STEP/LOSS/ET
   prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****`` table
   (``trainer.log_metrics``), at the last step seen. Never a step the line does not give.
 - ``progress``: lines matching the job's ``launch.progress`` regex (named groups among
-  ``PROGRESS_GROUPS``), before the built-in formats.
+  ``PROGRESS_GROUPS``), before the built-in formats. The pattern is the user's: it is only
+  ever searched in a worker process, each line under a CPU budget
+  (``contract/userpattern.py``), never in the supervisor, so a catastrophic one cannot stall it.
 
 Contracts: the built-in trainer (a job with ``train.json``) is never watched: it writes its
 own rows. A job that writes ``metrics.jsonl`` itself (``remote_payload.report`` or by hand)
@@ -49,7 +51,7 @@ import os
 import re
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from remote_payload.contract.jobfolder import PROGRESS_GROUPS
 
@@ -244,18 +246,20 @@ def prefixed_dict_row(segment: str, now: float) -> Optional[Row]:
     return to_row(merged, None, None, "log", now)
 
 
-def progress_row(pattern: "re.Pattern[str]", segment: str, now: float) -> Optional[Row]:
-    """A row from a line ``launch.progress`` matches: its named groups in PROGRESS_GROUPS, as
-    numbers (``1,000`` is 1000; a step or total that is not a whole number is left out). None
-    when it does not match or gives no step, loss or eval_loss."""
-    try:
-        m = pattern.search(segment)
-    except Exception:  # noqa: BLE001 - a pattern from the job: never break the watcher
-        return None
-    if m is None:
+class Matcher(Protocol):
+    """What searches ``launch.progress``: ``contract.userpattern.PatternWorker``."""
+
+    def search_all(self, lines: Sequence[str]) -> List[Optional[Dict[str, str]]]: ...
+
+
+def progress_row(groups: Optional[Dict[str, str]], now: float) -> Optional[Row]:
+    """A row from the named groups of a line ``launch.progress`` matched: those in
+    PROGRESS_GROUPS, as numbers (``1,000`` is 1000; a step or total that is not a whole number
+    is left out). None when it did not match or gives no step, loss or eval_loss."""
+    if groups is None:
         return None
     row: Row = {"time": now}
-    for key, text in m.groupdict().items():
+    for key, text in groups.items():
         if key not in PROGRESS_GROUPS or not isinstance(text, str):
             continue
         value = number(text.strip().replace(",", "").replace("_", ""))
@@ -270,11 +274,12 @@ def progress_row(pattern: "re.Pattern[str]", segment: str, now: float) -> Option
 
 
 class LineParser:
-    """Turns log text into rows. Pure apart from ``clock``; feed it any chunking.
+    """Turns log text into rows. Pure apart from ``clock`` and ``progress``; feed it any chunking.
 
-    ``progress``: the job's compiled ``launch.progress``, tried on every line first."""
+    ``progress``: what searches the job's ``launch.progress`` (a worker process), tried on
+    every line first; the lines of one ``feed`` go to it together."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, progress: "Optional[re.Pattern[str]]" = None) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, progress: Optional[Matcher] = None) -> None:
         self.clock, self.progress = clock, progress
         self.partial, self.skipping = "", False
         self.pending: Optional[Tuple[Dict[Any, Any], float]] = None
@@ -293,11 +298,17 @@ class LineParser:
         rows: List[Row] = []
         pieces = re.split(r"[\r\n]", self.partial + text)
         self.partial = pieces.pop()
+        segments: List[str] = []
         for piece in pieces:
             if self.skipping:  # the tail of an over-long line
                 self.skipping = False
-                continue
-            rows.extend(self._seen(self._segment(piece)))
+            elif len(piece) <= MAX_SEGMENT:  # a longer line is never a metrics line
+                segments.append(_ANSI.sub("", piece))
+        theirs = [s for s in segments if not s.startswith(ORCH_SAYS)]  # the supervisor's own lines are not
+        found = iter(self.progress.search_all(theirs) if self.progress is not None and theirs else [])
+        for segment in segments:
+            if not segment.startswith(ORCH_SAYS):
+                rows.extend(self._seen(self._segment(segment, next(found, None))))
         if len(self.partial) > MAX_SEGMENT:
             self.partial, self.skipping = "", True
         return rows
@@ -308,10 +319,9 @@ class LineParser:
                 self.last_step = row["step"]
         return rows
 
-    def _segment(self, raw: str) -> List[Row]:
-        segment = _ANSI.sub("", raw)
-        if segment.startswith(ORCH_SAYS):  # the supervisor's own lines (a command line, say)
-            return []
+    def _segment(self, segment: str, groups: Optional[Dict[str, str]]) -> List[Row]:
+        """Rows from one line (escapes stripped, not the supervisor's own); ``groups``: what
+        ``launch.progress`` matched in it."""
         rows: List[Row] = []
         if self.table is not None:
             line = _TABLE_LINE.match(segment)
@@ -332,8 +342,8 @@ class LineParser:
             elif self.total is None or total == self.total:  # not an eval bar
                 self.step = self.last_step = n
         tqdm = _TQDM.match(segment) if bar or segment.rstrip().endswith("]") else None
-        if self.progress is not None:
-            row = progress_row(self.progress, segment, self.clock())
+        if groups is not None:
+            row = progress_row(groups, self.clock())
             if row is not None:
                 return rows + self._limit(row, "bar" if tqdm else "line")
         if tqdm:

@@ -99,6 +99,8 @@ class Supervisor:
         self.tree_lock = threading.Lock()  # a stop's look at the tree vs. run_step moving past its child's end
         self.stepping = False  # the job's own step runs (in an allocation: srun's), not the setup
         self.recorder: Optional[repro.Recorder] = None
+        self.watcher: Any = None  # the metrics watch (metricswatch.watch): its pattern worker is not the job's
+        self.progress_note: Optional[str] = None  # launch.progress switched off: the reason status shows
         self.manifests: Optional[ManifestCache] = None
         self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
         self.reserve = Reserve(job_dir)
@@ -169,6 +171,13 @@ class Supervisor:
             grace = float(self.job.get("grace_s", GRACE_S))
             threading.Thread(target=self._stop_tree, args=(grace,), daemon=True).start()
 
+    def note_progress_off(self, text: str) -> None:
+        """``launch.progress`` was switched off (the metrics watch, once): status.json's reason
+        says so while the job runs, and at its end unless the end has a reason of its own."""
+        self.progress_note = text
+        if self.status.get("reason") is None and self.status["state"] not in TERMINAL:
+            self.update(reason=text)
+
     def stop_for_budget(self, reason: str) -> None:
         """``max_cost`` is reached (the ``budget`` duty, once): say it, record it, and cancel the
         job as ``orch cancel``'s SIGTERM does; it ends ``cancelled`` with ``reason``."""
@@ -214,12 +223,14 @@ class Supervisor:
 
     def job_procs(self) -> List[processes.Proc]:
         """The job's process tree: every descendant of this supervisor (orphaned workers
-        re-parent here) except the environment recorder's helper processes."""
+        re-parent here) except the environment recorder's helper processes and the metrics
+        watch's pattern worker (started before the job, so never seen before its pid is known)."""
+        ours = self.watcher.helper_pids() if self.watcher is not None else set()
         if self.recorder is None:
-            return processes.descendants(os.getpid())
+            return [p for p in processes.descendants(os.getpid()) if p[0] not in ours]
         with self.recorder.helpers.lock:  # no helper starts between the two looks
             procs = processes.descendants(os.getpid())
-            helpers = set(self.recorder.helpers.pids)
+            helpers = set(self.recorder.helpers.pids) | ours
         for pid in list(helpers):
             helpers.update(p for p, _ in processes.descendants(pid))
         return [p for p in procs if p[0] not in helpers]
@@ -329,7 +340,8 @@ class Supervisor:
             if ended != (state, reason):  # the manifest met the full disk
                 state, reason = ended
                 self.say("job %s: %s" % (state, reason))
-            self.update(final=True, state=state, exit_code=exit_code, reason=reason, ended=time.time())
+            self.update(final=True, state=state, exit_code=exit_code, reason=reason or self.progress_note,
+                        ended=time.time())
         self.heartbeat.stop()
         if self.budget is not None:
             self.budget.duty.stop()
@@ -387,7 +399,8 @@ class Supervisor:
             argv = launchers.complete(argv, self.job, self.node, env, self.job_dir)
             argv = allocation.step_argv(self.job, self.job_dir, argv) if self.slurm else argv
             self.say("starting: %s" % shlex.join(argv))
-            watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env)  # rows from HF's log lines
+            watcher = self.watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env,
+                                                        self.note_progress_off)  # rows from the job's log lines
             self.stepping = True
             code = self.run_step(list(argv), env, started=self.start_background)
             watcher.stop()

@@ -7,21 +7,26 @@ rate limit, and the watcher's ``attempt`` key."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from remote_payload import report
+from remote_payload.contract.userpattern import PatternWorker
 from remote_payload.supervisor import metricswatch, scrape
 
 
 def parse(text: str, chunk: int = 1 << 20, progress: str | None = None, clock: float = 123.0) -> list[dict]:
-    parser = scrape.LineParser(clock=lambda: clock, progress=re.compile(progress) if progress else None)
+    worker = PatternWorker(progress) if progress else None  # launch.progress runs in its worker, as on the server
+    parser = scrape.LineParser(clock=lambda: clock, progress=worker)
     rows = []
     for i in range(0, len(text), chunk):
         rows += parser.feed(text[i:i + chunk])
-    return rows + parser.feed("\n") + parser.flush()
+    rows += parser.feed("\n") + parser.flush()
+    if worker is not None:
+        assert worker.off is None, worker.off
+        worker.close()
+    return rows
 
 
 def picked(rows: list[dict], *keys: str) -> list[tuple]:
@@ -313,3 +318,22 @@ def test_report_adds_the_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert report.report(step=3, loss=1.0)
     rows = [json.loads(line) for line in target.read_text().splitlines()]
     assert [r.get("attempt") for r in rows] == [3, None, None]
+
+
+def test_a_catastrophic_pattern_is_switched_off_once_and_the_built_in_formats_go_on(tmp_path: Path) -> None:
+    """``(x+x+)+y`` and a line of 40 x: the line blows the worker's budget, the pattern is off
+    for the job (said once in the log, handed once to ``note`` for status), the watcher ends,
+    and the lines after it are still read by the built-in formats."""
+    d = job_dir(tmp_path, progress=r"(?P<step>(x+x+)+)y (?P<loss>[\d.]+)")
+    said: list[str] = []
+    notes: list[str] = []
+    watcher = metricswatch.watch(str(d), 0, said.append, {}, notes.append)
+    assert isinstance(watcher, metricswatch.Watcher) and watcher.helper_pids()  # the worker: never the job's
+    with open(d / "logs" / "node0.log", "a") as log:
+        log.write("xxy 2.5\n" + "x" * 40 + "\n" + "x" * 40 + "\nxxxy 2.0\niter 7: loss 1.5000, time 1.00ms\n")
+    watcher.stop()
+    assert picked(metrics(d), "step", "loss", "source") == [(None, 2.5, "progress"), (7, 1.5, "log")]
+    assert len(said) == 1 and said == notes
+    assert said[0].startswith("launch.progress is switched off for this job: it took more than 1 s of CPU on a "
+                              "line of 40 characters; only the built-in formats are read from now on")
+    assert watcher.helper_pids() == set()

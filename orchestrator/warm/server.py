@@ -6,10 +6,13 @@ Contracts:
 - one server per place (``wire.place``): it holds the place's lock for its whole life;
 - it forks only while it is single-threaded, and never runs a command itself;
 - a command whose client connection closes before it ended (the client was killed) is killed
-  with its process group (SIGKILL), as it would have died with the client;
-- when a file of orch's code, or a folder on ``sys.path``, changed since it started (an
-  upgrade, an edit of a checkout), it answers ``stale``, stops listening and ends once its
-  running commands ended; the next command starts a fresh server;
+  with its process group (SIGKILL), as it would have died with the client; the command watches
+  its client too (``child.ClientLink``), so this holds when the server itself is gone;
+- when a file any loaded module came from (orch's, ``remote_payload``'s, a library's, the
+  standard library's), a folder on ``sys.path``, or the metadata of the distribution that
+  installed orch (its version) changed since it started (an upgrade, an edit of a checkout), it
+  answers ``stale``, stops listening and ends once its running commands ended; the next
+  command starts a fresh server;
 - it ends after ``ORCH_WARM_IDLE_S`` (600) seconds without a command, and at SIGTERM or an
   ``op: stop`` once its commands ended;
 - only its owner reaches it: the socket is in a private folder, and on Linux the peer's uid
@@ -75,17 +78,45 @@ def preload() -> None:
         gc.enable()
 
 
-def code_stamp() -> list[tuple[str, int]]:
-    """What ``stale`` compares: orch's loaded source files and the folders on ``sys.path``."""
-    orch = str(wire.ORCH_SOURCE / "orchestrator")
-    files = sorted({m.__file__ for m in list(sys.modules.values())
-                    if isinstance(getattr(m, "__file__", None), str) and m.__file__.startswith(orch)})
+def watched() -> list[str]:
+    """What ``stale`` looks at, fixed once the server has imported what it serves with: the file
+    of every loaded module, the folders on ``sys.path`` (a package installed or removed) and
+    the metadata of the distribution(s) that installed orch."""
+    files = {m.__file__ for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)}
+    return sorted(files) + [p for p in sys.path if p] + distribution_files()
+
+
+def distribution_files() -> list[str]:
+    """The metadata folder and file (its ``Version:``) of each installed distribution on
+    ``sys.path`` that holds the ``orchestrator`` package (``top_level.txt``). Never raises: a
+    broken distribution elsewhere on the path must not keep the server from starting."""
+    from importlib import metadata
+
+    found: list[str] = []
+    try:
+        for dist in metadata.distributions():
+            try:
+                top = dist.read_text("top_level.txt") or ""
+            except (OSError, UnicodeDecodeError):
+                continue
+            folder = getattr(dist, "_path", None)  # PathDistribution's (the files of an install)
+            if "orchestrator" in top.split() and folder is not None:
+                found += [str(folder), *(str(Path(folder, n)) for n in ("METADATA", "PKG-INFO")
+                                         if Path(folder, n).exists())]
+    except Exception:  # noqa: BLE001 - a path entry importlib.metadata cannot read
+        pass
+    return found
+
+
+def code_stamp(paths: list[str]) -> list[tuple[int, int, int]]:
+    """Each path's (mtime, size, inode): an edit, a replacement or a removal changes it."""
     stamp = []
-    for path in [*files, *(p for p in sys.path if p)]:
+    for path in paths:
         try:
-            stamp.append((path, os.stat(path).st_mtime_ns))
+            st = os.stat(path)
+            stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
         except OSError:
-            stamp.append((path, -1))
+            stamp.append((-1, -1, -1))
     return stamp
 
 
@@ -97,7 +128,8 @@ class Server:
         self.draining = False
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
-        self.stamp: list[tuple[str, int]] = []
+        self.watched: list[str] = []
+        self.stamp: list[tuple[int, int, int]] = []
         self.wake: tuple[int, int] = (-1, -1)
         self.ended = False  # a command ended since the idle clock was last set
 
@@ -106,7 +138,8 @@ class Server:
         for sig in (signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         preload()
-        self.stamp = code_stamp()
+        self.watched = watched()
+        self.stamp = code_stamp(self.watched)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -186,16 +219,16 @@ class Server:
             conn.settimeout(REQUEST_S)
             if not self.same_user(conn):
                 return
-            first, fds, _, _ = socket.recv_fds(conn, 1, 4)
+            first, fds, _, _ = socket.recv_fds(conn, 1, 1)
             lines = wire.Lines(conn)
-            if first != b"F" or len(fds) != 4:
+            if first != b"F" or len(fds) != 1:
                 lines.buf = first
                 self.operate(conn, lines.next())
                 return
             request = valid(lines.next())
             if request is None:
                 return
-            if self.draining or code_stamp() != self.stamp or threading.active_count() > 1:
+            if self.draining or code_stamp(self.watched) != self.stamp or threading.active_count() > 1:
                 self.drain()  # first: the client that hears "stale" finds the lock free and starts a successor
                 wire.send(conn, {"stale": True})
                 return
@@ -205,6 +238,10 @@ class Server:
                 conn.close()
                 conn = None  # type: ignore[assignment]
                 self.become(request, mine)
+            try:
+                os.setpgid(pid, pid)  # as the command does first thing: a signal the client forwards at
+            except OSError:  # once reaches its group (as a shell does for its jobs)
+                pass
             self.children[pid] = conn
             conn = None  # type: ignore[assignment]  # kept: its end tells the client how it ended
             try:
@@ -227,6 +264,7 @@ class Server:
         — but without tearing down the modules it shares with the server (that walk over every
         object copies most of the server's memory: ~80 ms measured, longer than a command)."""
         code = 4
+        link = None
         try:
             signal.set_wakeup_fd(-1)
             self.sel.close()
@@ -237,8 +275,8 @@ class Server:
                 self.listener.close()
             for other in self.children.values():
                 other.close()
-            ctl = socket.socket(fileno=fds[3])
-            code = child.run(request, fds[:3], ctl)
+            link = child.ClientLink(socket.socket(fileno=fds[0]))
+            code = child.run(request, link)
             child.finish()
         except BaseException as exc:  # noqa: BLE001 - whatever it was, this process must not serve
             try:
@@ -246,6 +284,8 @@ class Server:
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001
                 pass
+        if link is not None:
+            link.report(code)
         os._exit(code)
 
     def same_user(self, conn: socket.socket) -> bool:

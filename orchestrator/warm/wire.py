@@ -5,17 +5,21 @@ A server lives at ``<folder>/<key>.sock`` (with its ``.lock``) in a private fold
 ``ORCH_HOME/warm``, or ``$TMPDIR/orch-<uid>/warm`` where that path is too long for a socket.
 The key names what the server's imports depend on — the Python, orch's source folder, ORCH_HOME
 and the environment variables read at import time (``ORCH_*`` but ``ORCH_TRACE``, which each
-command reads again; ``PYTHON*``; the locale's) — so
-a command whose environment differs there gets a server of its own, never a wrong one.
+command reads again; ``PYTHON*``; the locale's) — and the version of these messages
+(``PROTOCOL``), so a command whose environment differs there gets a server of its own, never a
+wrong one.
 
-Messages are JSON lines. The client sends one byte with its descriptors 0, 1 and 2 and one end
-of a socket pair attached (SCM_RIGHTS), then ``{"argv", "cwd", "env", "umask", "t0",
-"ignored"}`` (the signals ignored where the client started); or ``{"op": "ping"|"stop"}``
+Messages are JSON lines. The client sends one byte with one end of a socket pair attached
+(SCM_RIGHTS), then ``{"argv", "cwd", "env", "umask", "t0", "ignored"}`` (the signals ignored where the client started); or ``{"op": "ping"|"stop"}``
 alone. The server answers ``{"pid": N}`` once the command's process exists, then
 ``{"exit": code}`` or ``{"signal": n}`` when it ended; or ``{"stale": true}`` (its code changed
-on disk: the client runs the command itself). The client sends nothing more. On the socket pair the
-command asks ``{"ask": question, "default": bool}`` and the client, which owns the terminal,
-answers ``{"answer": true|false|null}``.
+on disk: the client runs the command itself). The client sends nothing more. On the socket pair
+the client says ``{"go": true}`` once it has the pid, with its descriptors 0, 1 and 2 attached
+(the command waits for it: a client that gave up on a silent server never has its command run
+twice, and no terminal or pipe of its stays held by a stopped server) and answers the command's
+``{"ask": question, "default": bool}`` with ``{"answer": true|false|null}`` (it owns the
+terminal); the command says ``{"exit": code}`` as it ends. Either end closing means that side
+is gone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ TYPE_CHECKING = False  # typing itself costs the client ~9 ms: imported for the 
 if TYPE_CHECKING:
     from typing import Any, Iterator
 
+PROTOCOL = 2  # in the key: a client never meets a server that speaks another version of these messages
+ANSWER_S = 5.0  # a server that has not started a client's command within this is bypassed
 SOCK_MAX = 100  # bytes of a socket path (sun_path: 104 on macOS, 108 on Linux, with NUL)
 LINE_MAX = 1 << 22
 
@@ -63,7 +69,8 @@ def key(home: Path) -> str:
     environments meet in a folder, a handful: two of them alike by chance, ~1 in 10^18."""
     env = sorted((k, v) for k, v in os.environ.items()
                  if (k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV) and k not in _READ_AGAIN)
-    data = json.dumps([sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]).encode("utf-8", "surrogateescape")
+    data = json.dumps([PROTOCOL, sys.executable, sys.version, str(ORCH_SOURCE), str(home), env]).encode(
+        "utf-8", "surrogateescape")
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 

@@ -83,8 +83,7 @@ def test_a_command_after_the_first_runs_on_the_warm_server_with_the_same_output_
 def test_ctrl_c_sigterm_and_a_killed_client_end_the_command_as_they_would_end_orch(
         orch: Orch, tmp_path: Path) -> None:
     env, trace = warmed(orch, tmp_path)
-    job = orch.json("submit", str(write_job(orch.cwd, "sleepy", "local", SLEEPY)), env=env)["job_id"]
-    wait_until(lambda: "up" in orch("logs", job, env=env).stdout, what="the job to print", timeout=120)
+    job = printing_job(orch, env)
     seen = len(forked_by(trace))
 
     def follow() -> tuple[subprocess.Popen, int]:
@@ -114,6 +113,13 @@ def test_ctrl_c_sigterm_and_a_killed_client_end_the_command_as_they_would_end_or
     proc.communicate(timeout=60)
     wait_until(lambda: not alive(command), what="the killed client's command to end", timeout=30)
     orch("cancel", job, env=env)
+
+
+def printing_job(orch: Orch, env: dict[str, str]) -> str:
+    """A job on ``local`` that printed its first line and sleeps on (``SLEEPY``): its id."""
+    job = orch.json("submit", str(write_job(orch.cwd, "sleepy", "local", SLEEPY)), env=env)["job_id"]
+    wait_until(lambda: "up" in orch("logs", job, env=env).stdout, what="the job to print", timeout=120)
+    return job
 
 
 def alive(pid: int) -> bool:

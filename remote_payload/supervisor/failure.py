@@ -17,10 +17,23 @@ Where the facts come from, in order:
 - the worker's own output before torchrun's report: the exception line of the last Python
   traceback (``[rankN]: `` prefixes from torch's excepthook tell ranks apart), else the last
   line that reads like an error (``bash: foo: command not found``, ``can't open file``);
-- no summary at all: torchrun itself failed (bad command, rendezvous): its own traceback's
-  exception line.
+- no summary at all: either a launcher that runs the script as its child and reports the
+  child's failure its own way — ``accelerate launch`` with one process raises
+  ``subprocess.CalledProcessError`` naming the command (its cause repeats the script's
+  stderr), deepspeed's launcher logs ``... exits with return code = N`` — and then the reason
+  is the script's, as from a worker: rank 0 of the node when it runs one process (a
+  ``[rankN]:`` prefix names another), the child's own exit code or signal, the script's last
+  exception before the launcher's report; or the launcher itself failed (bad command,
+  rendezvous): its own traceback's exception line, named by the launcher (``torchrun:``,
+  ``accelerate:``, ``deepspeed:``, from job.json).
 
-A direct start (one process, no torchrun: ``direct=True``) has no summary: the process is rank
+Wherever the script's exception is looked for, a launcher's wrapper of it — a
+``CalledProcessError`` naming the command it ran, torchrun's ``ChildFailedError`` — gives way
+to the innermost traceback before it: the reason is the script's last exception, whichever
+launcher (or bash wrapper of one) ran it.
+
+A direct start (one process, no torchrun: ``direct=True``) has no summary (unless it is a
+wrapper that ran torchrun itself: then its summary counts as above): the process is rank
 0 of the node, its exit code is the one the supervisor saw, and the message comes from its own
 output as above — or, when it could not be started at all, from the supervisor's
 ``CANNOT_START`` line.
@@ -53,6 +66,13 @@ _ERRORISH = re.compile(r"(\b[A-Za-z_.]*(Error|Exception)\b|\berror:|\bERROR\b|co
                        r"can't open file|cannot |Permission denied|\bfatal\b|FATAL|Segmentation fault|core dumped|"
                        r"\bKilled\b|\bAborted\b)")
 _ERRORISH_WINDOW = 40  # only this many last lines of the worker's output are searched for one
+# A launcher's report of the child it ran (accelerate's simple launcher; subprocess.run(check=True) in a wrapper):
+_CALLED = re.compile(r"^(?:subprocess\.)?CalledProcessError: Command .*?(?:returned non-zero exit status (-?\d+)|"
+                     r"died with <Signals\.\w+: (\d+)>)\.?\s*$")
+_DEEPSPEED_EXIT = re.compile(r"\bexits with return code = (-?\d+)\s*$")  # deepspeed.launcher.launch's last line
+_REPORT_LAST = 5
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+_EXCEPTION_HEAD = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -109,7 +129,39 @@ def _exception_lines(lines: List[str]) -> List[Tuple[Optional[int], str]]:
             in_traceback[rank] = False
             if "ChildFailedError" not in text:  # torchrun's report about the worker, not the cause
                 found.append((rank, text))
-    return found
+    own = [f for f in found if not _CALLED.match(f[1])]  # a launcher's wrapper gives way to the script's own
+    return own or found
+
+
+def _child_failure(lines: List[str]) -> Optional[Tuple[int, int]]:
+    """(where a launcher's report of its failed child begins, the child's exit code: negative
+    for a signal) when the log ends with one (among its last ``_REPORT_LAST`` lines) — accelerate's ``CalledProcessError`` traceback
+    (with the chained cause that repeats the child's stderr), deepspeed's ``exits with return
+    code`` line — else None."""
+    tail = [i for i in range(len(lines) - 1, -1, -1) if lines[i].strip() and not lines[i].startswith("[orch]")]
+    for i in tail[:_REPORT_LAST]:
+        m = _CALLED.match(lines[i])
+        if m:
+            code = int(m.group(1)) if m.group(1) is not None else -int(m.group(2))
+            return _report_start(lines, i), code
+        m = _DEEPSPEED_EXIT.search(lines[i])
+        if m:
+            start = next((j for j in range(i, -1, -1) if "sigkill_handler]" not in lines[j]), i) + 1
+            return min(start, i), int(m.group(1))
+    return None
+
+
+def _report_start(lines: List[str], end: int) -> int:
+    """The first line of the traceback ending at ``end``, a chained cause printed before it included."""
+    start = next((j for j in range(end, -1, -1) if lines[j].startswith("Traceback (most recent call last):")), end)
+    j = start - 1
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    if j >= 0 and lines[j].startswith(_CHAINED):
+        heads = [k for k in range(j) if _EXCEPTION_HEAD.match(lines[k]) and (k == 0 or not lines[k - 1][:1].isspace())]
+        if heads:
+            return heads[-1]
+    return start
 
 
 def _errorish_line(lines: List[str]) -> Optional[str]:
@@ -154,17 +206,30 @@ def _int(text: Optional[str]) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def explain(text: str, node_rank: int, exit_code: int) -> str:
-    """The failure sentence (without the log hint) from this attempt's log text."""
+def explain(text: str, node_rank: int, exit_code: int, launcher: str = "torchrun", nproc: int = 0,
+            first_rank: int = 0) -> str:
+    """The failure sentence (without the log hint) from this attempt's log text. ``launcher``
+    names what ran the job (job.json's node ``launcher``), ``nproc`` the processes it ran on
+    this node (0: unknown) and ``first_rank`` the global rank of the node's first one."""
     lines = _lines(text)
     cut = next((i for i, line in enumerate(lines) if _TORCHRUN_NOTICED.search(line)), None)
     summary = root_cause(lines)
-    if summary is None and cut is None:  # torchrun never reported a worker: it failed itself
-        if exit_code < 0:
-            return "torchrun " + signal_text(-exit_code)
+    if summary is None and cut is None:  # torchrun never reported a worker
+        child = _child_failure(lines)
+        if child is not None:  # a launcher that reports its child its own way: the script failed
+            at, code = child
+            exceptions = _exception_lines(lines[:at])
+            ranked = [r for r, _ in exceptions if r is not None]
+            rank = ranked[-1] if ranked else first_rank if nproc == 1 else None
+            who = "rank %s on node %d" % (rank if rank is not None else "?", node_rank)
+            if code < 0:
+                return "%s: %s" % (who, signal_text(-code))
+            return _worker_sentence(who, lines[:at], code, rank=rank)
+        if exit_code < 0:  # the launcher failed itself
+            return "%s %s" % (launcher, signal_text(-exit_code))
         exceptions = _exception_lines(lines)
         if exceptions:
-            return "torchrun: %s (exit code %d)" % (one_line(exceptions[-1][1]), exit_code)
+            return "%s: %s (exit code %d)" % (launcher, one_line(exceptions[-1][1]), exit_code)
         errorish = _errorish_line(lines)
         if errorish:
             return "%s (exit code %d)" % (one_line(errorish), exit_code)
@@ -198,6 +263,8 @@ def _worker_sentence(who: str, worker: List[str], code: int, message: Optional[s
 def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
     """The failure sentence for a direct start: the one process is rank 0 of node ``node_rank``."""
     lines = _lines(text)
+    if root_cause(lines) is not None:  # a wrapper (bash) that ran torchrun: its summary names the rank
+        return explain(text, node_rank, exit_code)
     who = "rank 0 on node %d" % node_rank
     if exit_code < 0:
         return "%s: %s" % (who, signal_text(-exit_code))
@@ -208,11 +275,28 @@ def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
 
 def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int, direct: bool = False) -> str:
     """One line for ``status.json``'s ``reason``: the failure and where the full log is.
-    ``direct``: the job was started without torchrun (``explain_direct``)."""
+    ``direct``: the job was started without torchrun (``explain_direct``). The launcher and
+    the node's processes are read from job.json."""
     try:
         text = read_tail(os.path.join(job_dir, "logs", "node%d.log" % node_rank))
-        sentence = (explain_direct if direct else explain)(text, node_rank, exit_code)
+        if direct:
+            sentence = explain_direct(text, node_rank, exit_code)
+        else:
+            sentence = explain(text, node_rank, exit_code, *_node_facts(job_dir, node_rank))
         sentence = sentence.replace(os.path.join(job_dir, "code") + os.sep, "")
     except Exception:  # noqa: BLE001 - a failure report must never fail the supervisor
         sentence = "job exited with code %d" % exit_code
     return one_line("%s; full log: orch logs %s" % (sentence, job_id), MAX_REASON)
+
+
+def _node_facts(job_dir: str, node_rank: int) -> Tuple[str, int, int]:
+    """(the launcher's name, the processes it runs on this node, the global rank of the node's
+    first one) from job.json; ("torchrun", 0, 0) where it does not say."""
+    try:
+        with open(os.path.join(job_dir, "job.json"), "rb") as f:
+            nodes = json.loads(f.read(ERROR_FILE_BYTES * 16).decode("utf-8", "replace")).get("nodes")
+        counts = [int(n.get("nproc") or 0) for n in nodes]
+        launcher = str(nodes[node_rank].get("launcher") or "torchrun")
+    except (OSError, ValueError, AttributeError, TypeError, IndexError, KeyError):
+        return "torchrun", 0, 0
+    return one_line(launcher, 40), counts[node_rank], sum(counts[:node_rank])

@@ -5,10 +5,13 @@ log is — in `orch status`, at the end of `orch logs -f`, and in `submit --foll
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from remote_payload.supervisor import failure
 from tests.support.orch import Orch, write_job
+from tests.support.sshd import free_port
 
 SCRIPTS = {
     "boom.py": "def load():\n    raise ValueError('boom')\n\nprint('starting', flush=True)\nload()\n",
@@ -36,6 +39,9 @@ CASES = {
                           "torchrun: FileNotFoundError: [Errno 2] No such file or directory: 'no-such-binary-xyz' "
                           "(exit code 1)"),
     "evil": (["python", "evil.py"], "rank 0 on node 0: RuntimeError: bad"),
+    # one process: accelerate runs the script as its child and raises CalledProcessError naming it
+    "accelerate": (["accelerate", "launch", "--num_processes", "1", "--cpu", "boom.py"],
+                   "rank 0 on node 0: ValueError: boom (exit code 1)"),
 }
 
 
@@ -124,3 +130,34 @@ def test_explain_reads_an_error_file_and_exit_codes_over_128(tmp_path: Path) -> 
     shell = summary.replace(str(error_file), "<N/A>").replace("exitcode  : 1", "exitcode  : 137")
     assert failure.explain("training\n" + noticed + shell, 1, 1) == \
         "rank 3 on node 1 exited with code 137 (128+9: SIGKILL, out of memory?)"
+
+
+def test_a_launcher_that_runs_the_script_as_its_child_gives_the_scripts_own_reason(tmp_path: Path) -> None:
+    """The launchers that report a failed child their own way, run for real on failing
+    scripts: `accelerate launch` with one process (a CalledProcessError naming the command,
+    its cause repeating the script's stderr) and deepspeed's launcher (`... exits with return
+    code = 1`). The reason is the script's: its exception, its exit code, its signal — also
+    when a bash wrapper started the launcher (a direct start) — never the wrapper's."""
+    for name, text in SCRIPTS.items():
+        (tmp_path / name).write_text(text)
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu"]
+    deepspeed = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port",
+                 str(free_port())]
+    runs = {"acc-raises": accelerate + ["boom.py"], "acc-quiet": accelerate + ["quiet.py"],
+            "acc-killed": accelerate + ["kill9.py"], "ds-raises": deepspeed + ["boom.py"]}
+    procs = {name: subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name, argv in runs.items()}
+    logs = {name: "[orch] starting: x\n" + p.communicate(timeout=300)[0] for name, p in procs.items()}
+    assert all(p.returncode != 0 for p in procs.values()), logs
+    assert "CalledProcessError: Command" in logs["acc-raises"] and "exits with return code = 1" in logs["ds-raises"]
+    expected = {"acc-raises": "rank 0 on node 0: ValueError: boom (exit code 1)",
+                "acc-quiet": "rank 0 on node 0 exited with code 3",
+                "acc-killed": "rank 0 on node 0: killed by signal 9 (SIGKILL, out of memory?)",
+                "ds-raises": "rank 0 on node 0: ValueError: boom (exit code 1)"}
+    for name, log in logs.items():
+        launcher = name.split("-")[0].replace("acc", "accelerate").replace("ds", "deepspeed")
+        assert failure.explain(log, 0, 1, launcher, nproc=1) == expected[name], (name, log[-3000:])
+    # a bash wrapper of accelerate (a direct start): the script's exception; the launcher's own failure: its name
+    assert failure.explain_direct(logs["acc-raises"], 0, 1) == "rank 0 on node 0: ValueError: boom (exit code 1)"
+    own = "[orch] starting: x\nTraceback (most recent call last):\n  File \"x\", line 1\nOSError: bad config\n"
+    assert failure.explain(own, 0, 1, "accelerate", nproc=1) == "accelerate: OSError: bad config (exit code 1)"

@@ -32,6 +32,9 @@ too, and a repeat inside a repeat warned about (``checks/progress.py``).
   folder (its working directory) and ``orch fetch`` brings back only what ``outputs:`` selects
   there, by the path written (``code/out/x.pt`` as ``out/x.pt``: ``outputs: [out/]``).
 
+The command is read after its leading ``cd DIR &&`` and ``NAME=value`` (spec/commandform.py):
+its names are relative to ``DIR``.
+
 It is conservative: absolute paths (they can exist only on the server), ``~``/``$`` paths, URLs,
 paths leaving the workspace, programs found on PATH, a relative python (``.venv/bin/python``),
 files whose name the job's ``setup`` mentions (it may make them) and modules that are not the
@@ -41,6 +44,7 @@ certainty it says nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import posixpath
 import re
@@ -51,6 +55,7 @@ import pathspec
 
 from orchestrator.checks.progress import progress_problems
 from orchestrator.errors import SpecError
+from orchestrator.spec import commandform
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.sync import excluded
 from orchestrator.sync.selection import Chosen, IgnoreRules, Skipped
@@ -120,8 +125,7 @@ def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]
     command = loaded.spec.launch.command
     if not command:
         return []
-    refs = command_refs(command)
-    args = path_args(command, {r.index for r in refs})
+    refs, args = _command_paths(list(command))
     warnings = outputs_warnings(loaded, args) + progress_problems(loaded)  # progress.py: launch.progress
     if not refs and not args:
         return warnings
@@ -140,6 +144,25 @@ def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]
         raise SpecError("\n".join(problems))
     notes = [(arg, _arg_note(arg, root, files, skipped, rules, loaded)) for arg in args]
     return [f"{_at(loaded, arg.index)}: launch.command: {note}" for arg, note in notes if note] + warnings
+
+
+def _command_paths(command: list[str]) -> tuple[list[Ref], list[PathArg]]:
+    """``command_refs`` and ``path_args`` of the command less its leading ``cd DIR &&`` and
+    ``NAME=value`` (spec/commandform.py), their names relative to the workspace (below ``DIR``;
+    nothing under an absolute or ``~`` DIR, which only the server has), their indices the
+    command's."""
+    form = commandform.read(command)
+    argv, start, cwd = list(form.argv), form.start, form.cwd
+    if cwd is not None and cwd.startswith(("/", "~")):
+        return [], []
+    refs = command_refs(argv, start)
+    args = [dataclasses.replace(a, index=a.index + start) for a in path_args(argv, {r.index - start for r in refs})]
+    if cwd is None:
+        return refs, args
+    def under(name: str) -> str:
+        return name if name.startswith(("/", "~")) or "$" in name else posixpath.normpath(posixpath.join(cwd, name))
+    return ([dataclasses.replace(r, name=under(r.name)) for r in refs if r.kind == "file"],
+            [dataclasses.replace(a, value=under(a.value)) for a in args])
 
 
 def _at(loaded: LoadedSpec, index: int) -> str:
@@ -171,32 +194,11 @@ def command_refs(argv: list[str], offset: int = 0) -> list[Ref]:
 
 
 def _python(argv: list[str], offset: int) -> list[Ref]:
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            i += 1
-            break
-        if arg == "-" or arg in ("--help", "--version"):
-            return []
-        if arg.startswith("--"):
-            i += 2 if arg == "--check-hash-based-pycs" else 1
-            continue
-        if not arg.startswith("-"):
-            break
-        for j, flag in enumerate(arg[1:], start=2):
-            if flag in "hV?":
-                return []
-            if flag in "cmWX":
-                value = arg[j:] or (argv[i + 1] if i + 1 < len(argv) else "")
-                if flag == "c":
-                    return []
-                if flag == "m":
-                    return [Ref("module", value, offset + i + (0 if arg[j:] else 1))] if value else []
-                i += 0 if arg[j:] else 1
-                break
-        i += 1
-    return [Ref("file", argv[i], offset + i)] if i < len(argv) else []
+    target = commandform.python_target(argv)
+    if target is None:
+        return []
+    kind, name, at = target
+    return [Ref("module" if kind == "module" else "file", name, offset + at)]
 
 
 def _shell(argv: list[str], offset: int) -> list[Ref]:

@@ -13,7 +13,8 @@ from orchestrator.checks.preflight import Needs, preflight_hosts
 from orchestrator.checks.verdict import table
 from orchestrator.cli.app import App, pass_app
 from orchestrator.jobs import launchconfig
-from orchestrator.plan import launchers
+from orchestrator.errors import SpecError
+from orchestrator.plan import hidden, launchers
 from orchestrator.plan.slurm import check_hosts
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.model import JobSpec
@@ -43,11 +44,17 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     resolved = [app.inventory.resolve(ref) for ref in loaded.spec.hosts]
     warnings = laptop_report(loaded)
     check_hosts(loaded, resolved)
+    nnodes = 1 if loaded.spec.sweep else loaded.spec.launch.nnodes or len(hosts)  # a sweep: one node per job
+    try:
+        warnings += hidden.check_warnings(loaded.spec, launchconfig.script(loaded.spec, Path(loaded.workspace_dir)),
+                                          nnodes)
+    except hidden.Refused as exc:  # a launcher inside the command that cannot be one world
+        raise SpecError(f"{loaded.locate(('launch', 'command'))}: {exc}") from None
     for warning in warnings:
         app.say(f"warning: {warning}")
     entry = "built-in trainer" if loaded.spec.train else "command " + " ".join(loaded.spec.launch.command or [])
     notes = launchers.launcher_notes(loaded.spec, launchconfig.counted(loaded.spec, Path(loaded.workspace_dir)),
-                                     loaded.spec.launch.nnodes or len(hosts))
+                                     nnodes)
     click.echo(f"{spec_file}: ok — job {loaded.spec.name!r} on {', '.join(hosts)}: {entry}")
     for note in notes:
         click.echo(textwrap.fill(note, width=78, initial_indent="  ", subsequent_indent="    "))

@@ -1,5 +1,7 @@
-"""The accelerate config file an ``accelerate launch --config_file F`` command names, read from
-the laptop's workspace, so its process count counts (plan/launchers.py ``with_config``)."""
+"""Files of the laptop's workspace that decide how a command is launched: the accelerate config
+file an ``accelerate launch --config_file F`` command names, so its process count counts
+(plan/launchers.py ``with_config``), and the shell script the command runs, so a launcher
+inside it is seen (plan/hidden.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.plan import launchers
+from orchestrator.plan import hidden, launchers
+from orchestrator.spec import commandform
 from orchestrator.spec.model import JobSpec
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -29,3 +32,22 @@ def counted(spec: JobSpec, workspace: Path) -> JobSpec:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return spec
     return launchers.with_config(spec, data if isinstance(data, dict) else None)
+
+
+def script(spec: JobSpec, workspace: Path) -> str | None:
+    """The text of the workspace script ``launch.command`` runs (``bash run.sh``, ``./run.sh``;
+    ``hidden.script_path``, below the command's ``cd DIR``), or None: no such command, a file
+    the workspace lacks or cannot give as text, or one over ``hidden.MAX_SCRIPT``."""
+    if spec.launch.command is None:
+        return None
+    form = commandform.read(list(spec.launch.command))
+    name = hidden.script_path(list(form.argv))
+    if name is None or (form.cwd or "").startswith(("/", "~")):
+        return None
+    path = workspace / (form.cwd or "") / name
+    try:
+        if not path.is_file() or path.stat().st_size > hidden.MAX_SCRIPT:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None

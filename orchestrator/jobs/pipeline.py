@@ -46,7 +46,7 @@ from orchestrator.jobs import launchconfig, outcome
 from orchestrator.jobs import record as repro
 from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
-from orchestrator.plan import budget
+from orchestrator.plan import budget, hidden
 from orchestrator.plan.build import HostFacts, Plan, build_plan
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.state import inflight, reach
@@ -193,12 +193,15 @@ def checked_plan(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos
                  job_id: str) -> tuple[Plan, list[str]]:
     """``plan_for`` with a Slurm host's checks: Slurm answers there (before its facts shape the
     plan), and the cluster can ever run the request (``slurmcheck``; both raise); returns the
-    plan and the warnings to say."""
+    plan and the warnings to say (also what ``hidden.check_warnings`` says of a launcher inside
+    the command)."""
     for remote, hello in zip(remotes, hellos):
         if remote.host.slurm:
             slurmcheck.cluster(remote.host, hello)
     plan = plan_for(loaded, project, remotes, hellos, job_id)
-    return plan, slurmcheck.job_problems(loaded.spec, [r.host for r in remotes], hellos, plan)
+    said = hidden.check_warnings(loaded.spec, launchconfig.script(loaded.spec, Path(loaded.workspace_dir)),
+                                 len(plan.nodes), plan.nodes[0].nproc)  # a launcher orch cannot run itself
+    return plan, said + slurmcheck.job_problems(loaded.spec, [r.host for r in remotes], hellos, plan)
 
 
 def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: list[dict[str, Any]],
@@ -212,10 +215,13 @@ def plan_for(loaded: LoadedSpec, project: str, remotes: list[Remote], hellos: li
         port = remotes[0].call("free_port")["port"]
     hosts = [r.host for r in remotes]
     spec = launchconfig.counted(loaded.spec, Path(loaded.workspace_dir))
+    script = launchconfig.script(loaded.spec, Path(loaded.workspace_dir))
     try:
-        return build_plan(spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port)
+        return build_plan(spec, loaded.text, str(loaded.workspace_dir), project, hosts, facts, job_id, port, script)
     except budget.Refused as exc:  # max_cost on hosts without a price: the job file's line
         raise SpecError(f"{loaded.locate(('max_cost',))}: max_cost: {exc}") from None
+    except hidden.Refused as exc:  # a launcher inside the command that cannot be one world
+        raise SpecError(f"{loaded.locate(('launch', 'command'))}: {exc}") from None
 
 
 def staged_in_hello(hello: dict[str, Any]) -> bool:

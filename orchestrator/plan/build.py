@@ -21,10 +21,11 @@ from pydantic import Field
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.hosts.presets import preset_env, preset_setup
-from orchestrator.plan import launchers
+from orchestrator.plan import hidden, launchers
 from orchestrator.plan import slurm as slurmplan
 from orchestrator.plan.budget import budget
 from orchestrator.providers.registry import PRESETS
+from orchestrator.spec import commandform
 from orchestrator.spec.model import Frozen, JobSpec
 from remote_payload.contract.protocol import GRACE_S
 from remote_payload.contract.slurm import RDZV
@@ -84,6 +85,7 @@ class Plan(Frozen):
     rdzv_endpoint: str | None = None  # a multi-node SSH job's rendezvous host:port (every launcher's)
     secret_env: list[str] = Field(default_factory=list)  # names only: the values go in the launch request
     budget: dict[str, Any] | None = None  # max_cost with the job's price per hour (plan/budget.py)
+    workdir: str | None = None  # the command's `cd DIR &&`: where it runs, relative to <job_dir>/code (or absolute)
 
     def job_json(self) -> dict[str, Any]:
         """The document written as ``jobs/<id>/job.json`` (train config goes to train.json)."""
@@ -95,10 +97,18 @@ def make_job_id(name: str, now: datetime, entropy: bytes) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{hashlib.sha256(entropy).hexdigest()[:4]}"
 
 
+def job_env(spec: JobSpec) -> dict[str, str]:
+    """The job's own variables: ``env:``, then the ``NAME=value`` words in front of its command
+    (spec/commandform.py), which win as they would in a shell."""
+    if spec.launch.command is None:
+        return dict(spec.env)
+    return {**spec.env, **dict(commandform.read(list(spec.launch.command)).env)}
+
+
 def visible_gpus(spec: JobSpec, facts: HostFacts) -> int:
     """GPUs the job can use on that node: ``CUDA_VISIBLE_DEVICES`` in the job's env narrows
     what the host reports."""
-    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    visible = job_env(spec).get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return facts.gpus
     return min(facts.gpus, len([d for d in visible.split(",") if d.strip()]))
@@ -130,7 +140,7 @@ def queue_request(spec: JobSpec) -> dict[str, Any] | None:
     wanted = launchers.wanted_nproc(spec)
     gpus: int | str = launch.gpus if launch.gpus != "auto" else wanted if isinstance(wanted, int) else "all"
     pinned = None
-    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    visible = job_env(spec).get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         items = [v.strip() for v in visible.split(",") if v.strip()]
         if not items or not all(v.isdigit() and len(v) <= 4 for v in items):
@@ -156,12 +166,13 @@ def refuse_queue_on_slurm(spec: JobSpec, host: Host) -> None:
 
 
 def program(spec: JobSpec, python: str, job_dir: str) -> list[str]:
-    """The argv of one process of the job: the built-in trainer or the user's command (a
-    leading ``python``/``python3`` is the host's python)."""
+    """The argv of one process of the job: the built-in trainer or the user's command less its
+    leading ``cd DIR &&`` and ``NAME=value`` (spec/commandform.py; a leading ``python``/``python3``
+    is the host's python)."""
     if spec.train is not None:
         return [python, "-m", "remote_payload.train", "--config", posixpath.join(job_dir, "train.json"), "--out", job_dir]
     assert spec.launch.command is not None
-    command = list(spec.launch.command)
+    command = list(commandform.read(list(spec.launch.command)).argv)
     if command[0] in ("python", "python3"):
         command[0] = python
     return command
@@ -199,6 +210,12 @@ def torchrun_argv(python: str, nproc: int, entry: list[str], nnodes: int = 1,
             "--max_restarts", "0", *entry]
 
 
+def _once(spec: JobSpec, inner: hidden.Hidden | None) -> bool:
+    """The command starts a launcher orch cannot run itself: each node runs it once as written
+    (not direct either: the launcher inside gives its processes their environment)."""
+    return inner is not None and spec.launch.launcher != "direct"
+
+
 def rdzv_endpoint(spec: JobSpec, hosts: list[Host], port: int | None) -> str | None:
     """``host:port`` of the rendezvous for a multi-node job (None for one node)."""
     if len(hosts) == 1:
@@ -220,26 +237,30 @@ def shutdown_command(spec: JobSpec, presets: list[str]) -> list[str]:
 
 
 def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hosts: list[Host],
-               facts: list[HostFacts], job_id: str, rdzv_port: int | None = None) -> Plan:
+               facts: list[HostFacts], job_id: str, rdzv_port: int | None = None, script: str | None = None) -> Plan:
     """The whole plan. ``facts[i]`` belongs to ``hosts[i]``; orch's node index follows that
     order (logs, supervisors); torch's own ranks come from its rendezvous. On a Slurm host
-    (the only host then) the nodes are the allocation's (``slurmplan``)."""
+    (the only host then) the nodes are the allocation's (``slurmplan``). ``script``: the text of
+    the workspace script the command runs (``hidden.script_path``), when there is one: a launcher
+    inside it (or inside ``bash -c``) runs once per node as written, never under orch's torchrun
+    (``hidden.Refused`` where that cannot be one world)."""
     slurmplan.refusals(spec, hosts)
     if hosts[0].slurm:
         refuse_queue_on_slurm(spec, hosts[0])
         return _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id,
-                       *_slurm_nodes(spec, hosts[0], facts[0], job_id))
+                       *_slurm_nodes(spec, hosts[0], facts[0], job_id, script))
     endpoint = rdzv_endpoint(spec, hosts, rdzv_port)
+    inner = hidden.for_spec(spec, script, len(hosts))
     cmd = launchers.for_spec(spec)
     nodes = []
     for rank, (host, fact) in enumerate(zip(hosts, facts)):
         nproc = nproc_for(spec, fact)
         job_dir = posixpath.join(fact.root, "jobs", job_id)
-        direct = cmd is None and is_direct(spec, len(hosts), nproc)
+        direct = cmd is None and is_direct(spec, len(hosts), nproc) and not _once(spec, inner)
         if cmd is not None:
             argv = launchers.argv(cmd, launchers.Topology(fact.python, nproc, len(hosts), rank, endpoint, job_id,
                                                           job_dir))
-        elif direct:
+        elif direct or inner is not None:
             argv = program(spec, fact.python, job_dir)
         else:
             argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint,
@@ -251,20 +272,22 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
     return plan.model_copy(update={"rdzv_endpoint": endpoint})
 
 
-def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str) -> tuple[list[NodePlan], dict[str, Any]]:
+def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str,
+                 script: str | None) -> tuple[list[NodePlan], dict[str, Any]]:
     """The allocation's nodes (one argv for all, run by srun) and the plan's ``slurm`` section."""
     res, nproc = slurmplan.resources(spec, host, fact.slurm or {}, job_id)
     job_dir = posixpath.join(fact.root, "jobs", job_id)
+    inner = hidden.for_spec(spec, script, res.nodes)
     cmd = launchers.for_spec(spec)
     if cmd is not None and cmd.launcher != "torchrun" and res.nodes > 1:
         raise UsageError(f"{cmd.launcher} across {res.nodes} Slurm nodes: one argv runs on every node there, and "
                          f"{cmd.launcher} needs each node's rank in its flags — start the script with torchrun "
                          "(or as a plain `python` command, which orch runs under torchrun)")
-    direct = cmd is None and is_direct(spec, res.nodes, nproc)
+    direct = cmd is None and is_direct(spec, res.nodes, nproc) and not _once(spec, inner)
     if cmd is not None:
         argv = launchers.argv(cmd, launchers.Topology(fact.python, nproc, res.nodes, 0, RDZV if res.nodes > 1 else None,
                                                       job_id, job_dir))
-    elif direct:
+    elif direct or inner is not None:
         argv = program(spec, fact.python, job_dir)
     else:
         argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), res.nodes, RDZV, job_id)
@@ -278,17 +301,18 @@ def _finish(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, hos
             job_id: str, nodes: list[NodePlan], slurm: dict[str, Any] | None) -> Plan:
     job_dir = nodes[0].job_dir
     presets = list(dict.fromkeys([*hosts[0].presets, *spec.presets]))
+    workdir = commandform.read(list(spec.launch.command)).cwd if spec.launch.command else None
     return Plan(
         job_id=job_id, name=spec.name, project=project, root=root, job_dir=job_dir, slurm=slurm,
         workspace_dir=posixpath.join(root, "workspace", project), nodes=nodes,
-        setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **spec.env},
+        setup=preset_setup(presets, spec.setup), env={**preset_env(presets), **job_env(spec)},
         outputs=list(spec.outputs), train=spec.train.model_dump(mode="json") if spec.train else None,
         on_finish=dict(spec.on_finish.model_dump(mode="json"), shutdown_command=shutdown_command(spec, presets),
                        shutdown=spec.on_finish.shutdown or spec.on_finish.power_off,
                        idle_shutdown_minutes=hosts[0].idle_shutdown_minutes),
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(), queue=None if slurm else queue_request(spec),
         resume_args=list(spec.launch.resume_args), progress=spec.launch.progress, secret_env=list(spec.secret_env),
-        budget=budget(spec.max_cost, hosts),
+        budget=budget(spec.max_cost, hosts), workdir=workdir,
     )
 
 

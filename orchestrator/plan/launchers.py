@@ -1,6 +1,8 @@
 """Pure: the launchers a ``launch.command`` may start with — torchrun (also ``python -m
-torch.distributed.run``), ``accelerate launch`` and ``deepspeed`` — and the argv that runs one
-of them once per node with the job's topology (docs/own-script.md, "Launchers").
+torch.distributed.run``, and the deprecated ``python -m torch.distributed.launch``), ``accelerate
+launch`` and ``deepspeed`` — and the argv that runs one of them once per node with the job's
+topology (docs/own-script.md, "Launchers"). The command is read after its leading ``cd DIR &&``
+and ``NAME=value`` (spec/commandform.py); a launcher hidden deeper is plan/hidden.py's.
 
 A launcher inside the command is never nested under orch's own torchrun: orch runs that
 launcher itself, through the host's python (``python -m <its module>``, so it is the same
@@ -25,17 +27,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import UsageError
+from orchestrator.spec import commandform
 from orchestrator.spec.model import JobSpec
 from remote_payload.contract.jobfolder import DEEPSPEED_HOSTFILE, FREE_PORT
 
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed")
 MODULES = {"torchrun": "torch.distributed.run", "accelerate": "accelerate.commands.launch",
            "deepspeed": "deepspeed.launcher.runner"}
+# torch.distributed.launch is torch.distributed.run's parser plus --use-env (off by default: each
+# worker gets --local-rank=N as an argument); orch runs that module itself, so both behave as written.
+TORCH_LAUNCH = "torch.distributed.launch"
 
 # Each launcher's flags that take no value (canonical: no dashes, '-' as '_'); every other
 # flag it knows takes one. Read off torch 2.13's, accelerate 1.15's and deepspeed 0.19's parsers.
 _FLAGS = {
-    "torchrun": {"h", "help", "standalone", "m", "module", "no_python", "run_path", "virtual_local_rank"},
+    "torchrun": {"h", "help", "standalone", "m", "module", "no_python", "run_path", "virtual_local_rank", "use_env"},
     "accelerate": {"h", "help", "q", "quiet", "cpu", "multi_gpu", "tpu", "enable_cpu_affinity", "dynamo_use_fullgraph",
                    "dynamo_use_dynamic", "dynamo_use_regional_compilation", "use_deepspeed", "use_fsdp",
                    "use_parallelism_config", "use_megatron_lm", "same_network", "m", "module", "no_python",
@@ -78,32 +84,53 @@ class Command:
     program: tuple[str, ...]  # the script (or module, or --no_python command) and its arguments
     written: bool  # the command itself starts with the launcher (else job.yaml's launch.launcher named it)
     extra: tuple[str, ...] = field(default=())  # flags orch adds because of how the command was written
+    module: str = ""  # the module orch runs (MODULES[launcher], or TORCH_LAUNCH as the command wrote it)
 
     def get(self, name: str) -> Option | None:
         return next((o for o in reversed(self.options) if o.name == name), None)
 
 
-def _is_python(word: str) -> bool:
+def is_python(word: str) -> bool:
     base = posixpath.basename(word)
     return base == "python" or (base.startswith("python") and base[6:].replace(".", "").isdigit())
 
 
-def written_launcher(command: list[str]) -> tuple[str, int] | None:
-    """(launcher, words it takes) when ``command`` starts with one: ``torchrun``, ``python -m
-    torch.distributed.run``, ``accelerate launch``, ``python -m accelerate.commands.launch``,
+def written_launcher(command: list[str]) -> tuple[str, int, str] | None:
+    """(launcher, words it takes, module orch runs) when ``command`` starts with one, by any path:
+    ``torchrun``, ``/opt/venv/bin/torchrun``, ``python[3.X] [-u ...] -m torch.distributed.run``
+    (or ``-mtorch.distributed.run``), ``python -m torch.distributed.launch``, ``python
+    /opt/venv/bin/torchrun``, ``accelerate launch``, ``python -m accelerate.commands.launch``,
     ``deepspeed``, ``python -m deepspeed.launcher.runner``; else None."""
-    head = posixpath.basename(command[0])
+    taken = 0
+    if command and is_python(command[0]):
+        at = _python_target(command)
+        if at is None:
+            return None
+        module, taken = at
+        if module is not None:
+            if module == TORCH_LAUNCH:
+                return "torchrun", taken, TORCH_LAUNCH
+            name = next((n for n, m in MODULES.items() if m == module), None)
+            return (name, taken, module) if name else None
+        taken -= 1  # `python /path/to/torchrun ...`: the script is the launcher
+    head = posixpath.basename(command[taken]) if taken < len(command) else ""
     if head == "torchrun":
-        return "torchrun", 1
-    if head == "accelerate" and command[1:2] == ["launch"]:
-        return "accelerate", 2
+        return "torchrun", taken + 1, MODULES["torchrun"]
+    if head == "accelerate" and command[taken + 1:taken + 2] == ["launch"]:
+        return "accelerate", taken + 2, MODULES["accelerate"]
     if head == "deepspeed":
-        return "deepspeed", 1
-    if _is_python(command[0]) and len(command) >= 3 and command[1] == "-m":
-        for name, module in MODULES.items():
-            if command[2] == module:
-                return name, 3
+        return "deepspeed", taken + 1, MODULES["deepspeed"]
     return None
+
+
+def _python_target(command: list[str]) -> tuple[str | None, int] | None:
+    """What ``python [options]`` runs (``commandform.python_target``): (module, words taken) for
+    ``-m MODULE``, (None, words taken with the script) for a script; None for ``-c`` and the like."""
+    target = commandform.python_target(command)
+    if target is None:
+        return None
+    kind, name, at = target
+    return (name if kind == "module" else None), at + 1
 
 
 def _canonical(launcher: str, flag: str) -> str:
@@ -153,19 +180,19 @@ def parse(command: list[str], launcher: str) -> Command | None:
     ``launch.launcher`` contradicts, or names no program."""
     found = written_launcher(command)
     if found is not None:
-        name, taken = found
+        name, taken, module = found
         if launcher not in ("auto", name):
             raise UsageError(f"launch.command starts with {' '.join(command[:taken])} but launch.launcher is "
                              f"`{launcher}`: leave launcher at `auto` (orch then runs {name} once per node)")
         options, program = _split(name, command[taken:])
         if not program:
             raise UsageError(f"launch.command: {' '.join(command[:taken])} is given no script to run")
-        return Command(name, tuple(options), tuple(program), written=True)
+        return Command(name, tuple(options), tuple(program), written=True, module=module)
     if launcher not in LAUNCHERS or launcher == "torchrun":
         return None  # orch's torchrun around a plain command stays plan/build.py's torchrun_argv
     program = list(command)
     extra: tuple[str, ...] = ()
-    if _is_python(program[0]):
+    if is_python(program[0]):
         program = program[1:]
         if program[:1] == ["-m"]:
             extra, program = ("--module",), program[1:]
@@ -173,7 +200,7 @@ def parse(command: list[str], launcher: str) -> Command | None:
         extra = ("--no_python",)
     if not program:
         raise UsageError("launch.command names no script for the launcher to run")
-    return Command(launcher, (), tuple(program), written=False, extra=extra)
+    return Command(launcher, (), tuple(program), written=False, extra=extra, module=MODULES[launcher])
 
 
 def _int(option: Option | None) -> int | None:
@@ -223,7 +250,7 @@ class Topology:
 def argv(cmd: Command, top: Topology) -> list[str]:
     """The exact argv one node runs: the launcher through the host's python, orch's topology
     flags, then the command's own flags (less the ones orch sets) and its program."""
-    head = [top.python, "-m", MODULES[cmd.launcher]]
+    head = [top.python, "-m", cmd.module or MODULES[cmd.launcher]]
     if cmd.launcher == "torchrun":
         return [*head, *_torchrun(cmd, top), *_kept(cmd), *cmd.extra, *cmd.program]
     if cmd.launcher == "accelerate":
@@ -300,6 +327,9 @@ def notes(cmd: Command, nproc_in_spec: int | str, nnodes: int) -> list[str]:
         out.append(f"orch sets the rendezvous itself: the command's {', '.join(dropped)} "
                    f"{'is' if len(dropped) == 1 else 'are'} replaced")
     names = {o.name for o in cmd.options}
+    if cmd.module == TORCH_LAUNCH and "use_env" not in names:
+        out.append(f"{TORCH_LAUNCH} (deprecated) passes each process --local-rank=N as an argument (its script must "
+                   "accept it; --use-env passes it in LOCAL_RANK only): orch runs that module as written")
     if cmd.launcher == "accelerate" and "cpu" in names:
         out.append("accelerate's --cpu starts one process whatever --num_processes says; for more than one, orch "
                    "runs --multi_gpu in its place (on a machine without GPUs accelerate runs them on the CPU with "
@@ -333,7 +363,7 @@ def for_spec(spec: JobSpec) -> Command | None:
             raise UsageError(f"launch.launcher `{spec.launch.launcher}` needs launch.command: the built-in trainer "
                              "runs under torchrun (or directly for one process)")
         return None
-    return parse(list(spec.launch.command), spec.launch.launcher)
+    return parse(list(commandform.read(list(spec.launch.command)).argv), spec.launch.launcher)
 
 
 def wanted_nproc(spec: JobSpec) -> int | str:

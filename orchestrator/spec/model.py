@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from orchestrator.providers.registry import PRESETS
+from orchestrator.spec import commandform
 from orchestrator.spec.slurm import SlurmJob
 from orchestrator.spec.sweepkeys import MAX_COMBINATIONS, Scalar, check_key, duplicates
 from remote_payload.contract import envvars
@@ -111,7 +112,9 @@ class Launch(Frozen):
     command: list[str] | None = Field(
         None,
         description="argv each process runs instead of the built-in trainer (under torchrun, or directly: see "
-        "`launcher`); a string is split like a shell would. A leading `python` means the host's python.",
+        "`launcher`); a string is split like a shell would. A leading `python` means the host's python. A leading "
+        "`cd DIR &&` runs it in DIR (relative to the workspace), `NAME=value` / `env NAME=value` set NAME for the "
+        "job; no other shell syntax is read (docs/own-script.md).",
     )
 
     nnodes: int | None = Field(
@@ -204,6 +207,13 @@ class Launch(Frozen):
         if sum(sizes) > MAX_COMMAND:
             raise ValueError(f"the command is {size_text(sum(sizes))} in all; orch allows {size_text(MAX_COMMAND)} "
                              "— put long arguments in a file in the workspace")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _shell_forms(cls, value: list[str] | None) -> list[str] | None:
+        if value:
+            commandform.read(value)  # a leading cd/NAME=value orch applies; refuses shell syntax elsewhere
         return value
 
     @field_validator("launcher")
@@ -363,10 +373,12 @@ class JobSpec(Frozen):
     def _one_entrypoint(self) -> "JobSpec":
         if (self.launch.command is None) == (self.train is None):
             raise ValueError("set exactly one of `train` (the built-in trainer) and `launch.command`")
-        both = sorted(set(self.secret_env) & set(self.env))
-        if both:
-            raise ValueError(f"{', '.join(both)} is in both env and secret_env: a secret's value comes from the "
-                             "laptop's environment, leave it out of env")
+        prefixed = {name for name, _ in commandform.read(self.launch.command).env} if self.launch.command else set()
+        for where, names in (("env", set(self.env)), ("a NAME=value of launch.command", prefixed)):
+            both = sorted(set(self.secret_env) & names)
+            if both:
+                raise ValueError(f"{', '.join(both)} is in both {where} and secret_env: a secret's value comes from "
+                                 f"the laptop's environment, leave it out of {where}")
         names = [h if isinstance(h, str) else h.name for h in self.hosts]
         if len(set(names)) != len(names):
             raise ValueError("a host is listed twice")

@@ -248,17 +248,23 @@ class Supervisor:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (payload, env.get("PYTHONPATH", "")) if p)
         return env
 
-    def run_step(self, argv: List[str], env: Dict[str, str], started: Optional[Callable[[], None]] = None) -> int:
-        """Run argv in its own process group, output appended to the node log; ``started``
-        is called once it runs. A program that cannot be started is the shell's 127 (not
-        found) or 126, with a ``failure.CANNOT_START`` line in the log saying why."""
+    def run_step(self, argv: List[str], env: Dict[str, str], started: Optional[Callable[[], None]] = None,
+                 cwd: Optional[str] = None) -> int:
+        """Run argv in its own process group, in ``cwd`` (default the job's ``code/``), output
+        appended to the node log; ``started`` is called once it runs. A program that cannot be
+        started is the shell's 127 (not found) or 126, with a ``failure.CANNOT_START`` line in the
+        log saying why."""
         if self.cancelled.is_set():
             return 143
         if self.warned.is_set():
             return WARNED_BEFORE_START
+        if cwd is not None and not os.path.isdir(cwd):
+            self.say("%s no folder %s on this node (launch.command's `cd %s &&`)"
+                     % (failure.CANNOT_START, cwd, self.job.get("workdir")))
+            return 127
         try:
             self.child = subprocess.Popen(
-                argv, cwd=os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
+                argv, cwd=cwd or os.path.join(self.job_dir, "code"), env=env, stdin=subprocess.DEVNULL,
                 stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError as exc:
@@ -276,6 +282,17 @@ class Supervisor:
             self.ended_child = self.child
         processes.stop(self.job_procs(), 5.0)  # nothing of the step outlives it
         return code
+
+    def workdir(self, env: Dict[str, str]) -> str:
+        """Where the job's command runs: its ``code/`` folder, or the plan's ``workdir`` (the
+        command's leading ``cd DIR &&``: relative to ``code/``, absolute, or under ``~``)."""
+        code = os.path.join(self.job_dir, "code")
+        where = self.job.get("workdir")
+        if not where:
+            return code
+        if where == "~" or where.startswith("~/"):
+            where = env.get("HOME", os.path.expanduser("~")) + where[1:]
+        return os.path.normpath(os.path.join(code, where))
 
     def setup(self, env: Dict[str, str]) -> int:
         script = self.job.get("setup")
@@ -402,7 +419,7 @@ class Supervisor:
             watcher = self.watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env,
                                                         self.note_progress_off)  # rows from the job's log lines
             self.stepping = True
-            code = self.run_step(list(argv), env, started=self.start_background)
+            code = self.run_step(list(argv), env, started=self.start_background, cwd=self.workdir(env))
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
             self.recorder = self.new_recorder()

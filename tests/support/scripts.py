@@ -35,7 +35,7 @@ def main():
     os.makedirs("outputs", exist_ok=True)
     with open(f"outputs/rank{rank}.json", "w") as f:
         json.dump({"rank": rank, "world": world, "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
-                   "seen": seen, "argv": sys.argv[1:]}, f)
+                   "seen": seen, "argv": sys.argv[1:], "greeting": os.environ.get("GREETING")}, f)
     if rank == 0:
         torch.save(ddp_model.module.state_dict(), "outputs/model.pth")
     dist.barrier()

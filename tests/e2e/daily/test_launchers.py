@@ -29,8 +29,8 @@ def _job(orch: Orch, name: str, host: str, launch: dict, files: dict[str, str], 
     return spec
 
 
-def _ranks(orch: Orch, job: str) -> list[dict]:
-    out = orch.job_dir(job) / "code" / "outputs"
+def _ranks(orch: Orch, job: str, folder: str = "") -> list[dict]:
+    out = orch.job_dir(job) / "code" / folder / "outputs"
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
 
 
@@ -52,6 +52,49 @@ def test_torchrun_in_the_command_runs_once_with_its_own_process_count(orch: Orch
     assert [(r["rank"], r["world"], r["local_world"]) for r in ranks] == [(0, 2, 2), (1, 2, 2)]
     assert all(r["seen"] == 64 and r["argv"] == ["--epochs", "2"] for r in ranks)  # each saw its half, twice
     assert (orch.job_dir(job["job_id"]) / "code" / "outputs" / "model.pth").stat().st_size > 0
+
+
+def test_shell_forms_in_front_of_the_deprecated_launcher_run_one_world_there(orch: Orch, host: str) -> None:
+    """`cd sub && GREETING=hi python -m torch.distributed.launch --nproc_per_node 3 ...` with
+    nproc_per_node: 2 (issue 38 item 5): orch runs the deprecated module itself, in sub/, with
+    GREETING in the job's environment — exactly 2 ranks of one world, each given --local-rank=N
+    as that module does (no `FileNotFoundError: 'cd'`, no world inside each worker)."""
+    spec = _job(orch, "fwd", host, {"nproc_per_node": 2, "command": "cd sub && GREETING=hi python -m "
+                                    "torch.distributed.launch --nproc_per_node 3 ddp.py --epochs 2"}, {})
+    (orch.cwd / "ws" / "sub").mkdir()
+    (orch.cwd / "ws" / "sub" / "ddp.py").write_text(DDP_TUTORIAL)
+    check = orch("check", str(spec))
+    assert "(--nproc_per_node) but launch.nproc_per_node is 2" in " ".join(check.stdout.split())
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=300).stdout)
+    assert job["state"] == "succeeded", job
+    ranks = _ranks(orch, job["job_id"], "sub")
+    assert [(r["rank"], r["world"], r["local_world"], r["greeting"]) for r in ranks] == [(0, 2, 2, "hi"), (1, 2, 2, "hi")]
+    assert [r["argv"] for r in ranks] == [["--local-rank=0", "--epochs", "2"], ["--local-rank=1", "--epochs", "2"]]
+    assert not (orch.job_dir(job["job_id"]) / "code" / "outputs").exists()
+
+
+def test_a_launcher_inside_bash_c_runs_once_and_check_says_so(orch: Orch) -> None:
+    """`bash -c "torchrun --nproc_per_node 2 ..."` with nproc_per_node: 2 ran 4 processes, two
+    rank 0s (issue 38 item 5): now orch check warns, naming the form orch runs itself, and the
+    command runs once — one world of 2. A count job.yaml contradicts, or two nodes, is exit 2 at
+    launch.command's line."""
+    spec = _job(orch, "bashc", "local", {"nproc_per_node": 2,
+                                         "command": "bash -c 'torchrun --nproc_per_node 2 ddp.py'"},
+                {"ddp.py": DDP_TUTORIAL})
+    check = orch("check", str(spec))
+    said = " ".join(check.stderr.split())
+    assert "warning: launch.command starts torchrun inside `bash -c`: orch runs the command once" in said, said
+    assert "write it first in launch.command: `torchrun --nproc_per_node 2 ddp.py`" in said
+    plan = json.loads(orch("submit", str(spec), "--dry-run").stdout)
+    assert plan["nodes"][0]["argv"] == ["bash", "-c", "torchrun --nproc_per_node 2 ddp.py"]
+    job = json.loads(orch("submit", str(spec), "--follow", "--json", timeout=300).stdout)
+    assert job["state"] == "succeeded", job
+    assert [(r["rank"], r["world"]) for r in _ranks(orch, job["job_id"])] == [(0, 2), (1, 2)]
+    four = _job(orch, "bashc4", "local", {"nproc_per_node": 2,
+                                          "command": "bash -c 'torchrun --nproc_per_node 4 ddp.py'"}, {})
+    refused = orch("check", str(four), check=2)
+    assert f"{four}:1:" in refused.stderr and "ask for 4 process(es) per node, but launch.nproc_per_node is 2" in \
+        " ".join(refused.stderr.split()) and "Traceback" not in refused.stderr
 
 
 def test_every_command_finds_the_hosts_python_first_also_after_a_login_shell(orch: Orch, host: str) -> None:

@@ -64,6 +64,7 @@ def test_a_workspace_that_is_not_a_folder_is_exit_2_with_the_line_and_the_resolv
     ("torchrun --nproc_per_node 2 --standalone missing.py --lr 1", "missing.py is not in the workspace {ws}"),
     ("torchrun --nnodes=1 -m pkg.b", "-m pkg.b needs pkg/b.py"),
     ("accelerate launch --multi_gpu --num_processes 2 missing.py", "missing.py is not in the workspace {ws}"),
+    ("cd pkg && A=1 python missing.py", "pkg/missing.py is not in the workspace {ws}"),  # below cd's folder
 ])
 def test_a_command_whose_script_is_missing_is_exit_2(orch: Orch, ws: Path, command: str, line: str) -> None:
     err = check_fails(orch, job(orch, command))
@@ -101,7 +102,8 @@ def test_an_excluded_script_names_the_rule_and_where_it_is_written(orch: Orch, w
     "./run.sh", "torchrun --nproc_per_node 2 train.py", "accelerate launch --num_processes 2 train.py",
     "python -m http.server 8000", "python -m torch.distributed.run --standalone train.py", "python -m some_installed_tool",
     "python -c 'print(1)'", "bash -lc 'echo hi'", "python /opt/abs/train.py", "python ~/x.py", "python ../outside.py",
-    "nvidia-smi", "true", "bash some-script-on-path", ".venv/bin/python train.py",
+    "nvidia-smi", "true", "bash some-script-on-path", ".venv/bin/python train.py", "cd pkg && A=1 python a.py",
+    "cd /opt/x && python y.py",
 ])
 def test_commands_that_need_no_missing_workspace_file_pass(orch: Orch, ws: Path, command: str) -> None:
     out = orch("check", str(job(orch, command)))

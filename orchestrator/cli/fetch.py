@@ -10,6 +10,7 @@ from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
 from orchestrator.fetch import unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
+from orchestrator.fetch import leftovers
 from orchestrator.fetch import DEFAULT_INTERVAL_S
 
 
@@ -86,6 +87,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     elif not as_json:
         for line in unfetched.lines(left, record.job_id):
             app.say(line)
+        for line in leftovers.lines(leftovers.leftovers([*summary.fetched, *summary.unchanged])):
+            app.say(line)  # Lightning's last.ckpt beside the last-v1.ckpt of a later run
     if not as_json:
         click.echo(f"{summary.dest}: {len(summary.fetched)} fetched ({summary.bytes / 2**20:.1f} MB), "
                    f"{len(summary.unchanged)} already there")

@@ -64,11 +64,13 @@ def resume_cmd(app: App, job: str, on: tuple[str, ...], runs: Path | None, direc
         from orchestrator.jobs.nodes import resume
 
         try:
-            resume(record, app.inventory, app.registry)
+            notes = resume(record, app.inventory, app.registry)
         except HostError as exc:
             raise HostError(f"{exc}\nIf that server is gone for good: orch resume {record.job_id} --on OTHER_HOST "
                             "continues the job elsewhere (docs/moving.md)") from None
         app.say(f"resumed {record.job_id}")
+        for note in notes:  # launch.resume_args: the checkpoint found, or that the script starts over
+            app.say(note)
     if follow and app.follow(record)["state"] != "succeeded":
         raise SystemExit(1)
 

@@ -75,6 +75,7 @@ class JobProgress:
     cost: float | None
     started_over_at: int | None = None  # a resumed job whose newest step is below the step it resumed from:
     resumed_from_step: int | None = None  # the script started over (its newest step; the highest step before)
+    resume_dropped: str | None = None  # a later attempt whose resume_args were left out (no checkpoint): why
 
     @classmethod
     def from_dict(cls, data: Any) -> "JobProgress | None":
@@ -86,7 +87,9 @@ class JobProgress:
         ints = ("nodes", "step", "total", "started_over_at", "resumed_from_step")  # nodes, elapsed_s never None
         if not all(type(data[n]) is int or (data[n] is None and n != "nodes") for n in ints):
             return None
-        floats = names - {"state", *ints}
+        if not isinstance(data["resume_dropped"], (str, type(None))):
+            return None
+        floats = names - {"state", "resume_dropped", *ints}
         if not all(_num(data[n]) is not None or (data[n] is None and n != "elapsed_s") for n in floats):
             return None
         return cls(**data)
@@ -204,7 +207,9 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     supervisor writes for attempt > 1; ignored when later than ``started``), else from
     this attempt's. A later attempt whose newest step is below ``resumed_from_step`` (the
     highest step logged before it began) started over: the row's state says so and
-    ``started_over_at`` / ``resumed_from_step`` carry the two steps. Every field is the
+    ``started_over_at`` / ``resumed_from_step`` carry the two steps. So did one whose
+    ``resume_args`` the supervisor left out for want of a checkpoint (``resume_dropped``, its
+    reason, whether or not any step was logged). Every field is the
     server's, read as untrusted (a wrong type counts as absent). A job whose provider box was
     seen down (``box_stopped_at``, ``jobs/nodes.py``) ends there: ELAPSED and COST stop growing."""
     now = time.time() if now is None else now
@@ -218,17 +223,18 @@ def row_fields(status: dict[str, Any], created: float, nodes: int, total: int | 
     total = int(total_value) if total_value else total
     eta = None
     over_at, resumed_from = _started_over(status, step)
+    dropped = _resume_dropped(status)
     state = clean(str(status.get("state"))) + (" (stale)" if status.get("stale") else "") \
         + (" (unsupervised)" if status.get("unsupervised") else "") \
         + (" (not answering)" if _num(status.get("not_answering_s")) is not None else "") \
-        + (" (started over)" if over_at is not None else "")
+        + (" (started over)" if over_at is not None or dropped is not None else "")
     when = _num(metrics.get("time")) or now
     if status.get("state") == "running" and step and total and when > started:
         eta = (total - step) * (when - started) / step - (now - when)
         eta = max(eta, 0.0)
     cost = price_per_hour * nodes * elapsed / 3600 if price_per_hour is not None else None
     return JobProgress(state, nodes, step, total, _num(metrics.get("loss")), _num(metrics.get("eval_loss")),
-                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost, over_at, resumed_from)
+                       _num(metrics.get("tokens_per_s")), elapsed, eta, cost, over_at, resumed_from, dropped)
 
 
 def _started_over(status: dict[str, Any], step: int | None) -> tuple[int | None, int | None]:
@@ -240,11 +246,25 @@ def _started_over(status: dict[str, Any], step: int | None) -> tuple[int | None,
     return step, int(resumed)
 
 
-def started_over_note(progress: JobProgress) -> str | None:
-    """``started over at step 380 (was 980 before the resume)``, or None."""
-    if progress.started_over_at is None:
+def _resume_dropped(status: dict[str, Any]) -> str | None:
+    """Why a later attempt's ``resume_args`` were left out (status.json's ``resume_dropped``,
+    one clean line), or None."""
+    attempt, why = status.get("attempt"), status.get("resume_dropped")
+    if type(attempt) is not int or attempt < 2 or not isinstance(why, str) or not why.strip():
         return None
-    return f"started over at step {progress.started_over_at} (was {progress.resumed_from_step} before the resume)"
+    return " ".join(clean(why).split())[:300]
+
+
+def started_over_note(progress: JobProgress) -> str | None:
+    """``started over at step 380 (was 980 before the resume)``, ``started over: no complete
+    checkpoint for {last_checkpoint} ...: resume_args left out`` (both when both hold), or None."""
+    parts = []
+    if progress.started_over_at is not None:
+        parts.append(f"started over at step {progress.started_over_at} (was {progress.resumed_from_step} before the "
+                     "resume)")
+    if progress.resume_dropped is not None:
+        parts.append(("" if parts else "started over: ") + progress.resume_dropped)
+    return "; ".join(parts) or None
 
 
 class FollowBar:

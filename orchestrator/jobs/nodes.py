@@ -35,6 +35,7 @@ from orchestrator.providers.open import provider_of
 from orchestrator.state import fences, kits, reach
 from orchestrator.state.registry import SUBMITTING, JobRecord, Registry
 from orchestrator.sync.excluded import explained_status
+from orchestrator.termtext import clean
 from orchestrator.transport.base import never
 from remote_payload.contract.protocol import ACTIVE, GRACE_S, RESUMABLE, TERMINAL
 
@@ -351,15 +352,20 @@ def cancel(record: JobRecord, inventory: Inventory, registry: Registry, grace: f
     return status
 
 
-def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> None:
+def resume(record: JobRecord, inventory: Inventory, registry: Registry) -> list[str]:
     """Relaunch every node's supervisor (a multi-node job restarts its whole rendezvous), each
-    given the values of the job's ``secret_env`` again, read from this laptop's environment."""
+    given the values of the job's ``secret_env`` again, read from this laptop's environment.
+    Returns what the nodes said the new attempt does with ``launch.resume_args`` (the
+    checkpoint ``{last_checkpoint}`` found, or that the script starts over without one),
+    each distinct line once, cleaned for a terminal."""
     values = secrets.read(record.secret_env, f"orch resume {record.job_id}")
     status = probe(record, inventory, registry)
     if status["state"] not in RESUMABLE and not status.get("unsupervised"):
         raise UsageError(f"{record.job_id} is {status['state']}; only a failed, lost or cancelled job can be resumed "
                          "(or one whose supervisor died while its processes run: they are stopped first)")
     hosts = nodes_of(record, inventory)
-    parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1, secrets=values),
-             hosts)
+    replies = parallel(lambda h: call_node(h, inventory, "resume", job=record.job_id, whole_job=len(hosts) > 1,
+                                           secrets=values), hosts)
     registry.update(record.job_id, "pending", {k: v for k, v in record.detail.items() if k == "log_nodes"})
+    notes = [" ".join(clean(r["note"]).split()) for r in replies if isinstance(r.get("note"), str)]
+    return list(dict.fromkeys(notes))

@@ -118,6 +118,7 @@ JOB_STATUS: Shape = {  # a job's status.json as the server reports it (jobdir/st
     "log_nodes": (int, OPT), "slurm_job": (str, OPT),  # a Slurm job: its node logs, its latest Slurm job id
     "queue_position": ((int, NONE), OPT), "gpus": (list, OPT),  # queued: its place; then the GPUs it got
     "first_started": (MAYBE_NUMBER, OPT), "resumed_from_step": ((int, NONE), OPT),  # across attempts (orch resume)
+    "resume_dropped": (str, OPT),  # resume_args left out (no checkpoint for {last_checkpoint}): why; supervisor/attempt.py
     # a live supervisor (jobdir/answering.py): its /proc state, its heartbeat's age, that age when it is not answering
     "supervisor_process": (str, OPT), "heartbeat_age_s": (NUMBER, OPT), "not_answering_s": (NUMBER, OPT),
 }
@@ -144,7 +145,8 @@ REQUESTS: Dict[str, Request] = {
     "cancel": Request({"job": (str, REQUIRED), "grace": (NUMBER, REQUIRED)}, JOB_STATUS, locked=True,
                       statuses="reply"),
     "resume": Request({"job": (str, REQUIRED), "whole_job": (bool, False), "secrets": (dict, None)},
-                      {"pid": (int, OPT), "slurm_job": (str, OPT)},
+                      {"pid": (int, OPT), "slurm_job": (str, OPT),
+                       "note": (str, OPT)},  # what the attempt appends (supervisor/attempt.py plan), or why not
                       locked=True),
     "follow": Request({"job": (str, REQUIRED), "offset": (int, REQUIRED), "node": (int, REQUIRED),
                        "follow": (bool, REQUIRED), "heartbeat": (NUMBER, REQUIRED)}, {}, writes=True),

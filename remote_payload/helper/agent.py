@@ -26,7 +26,7 @@ from remote_payload.jobdir.reserve import full_at
 from remote_payload.jobdir.status import kill_group, kill_supervisor, last_metrics, read_status, survivors_of
 from remote_payload.move import job as movejob
 from remote_payload.slurm import job as slurmjob
-from remote_payload.supervisor import secrets
+from remote_payload.supervisor import attempt, secrets
 
 PENDING_GRACE_S = 30.0
 UNFINISHED_SHOWN = 50  # jobs orch hosts check lists (unfinished, newest first)
@@ -329,7 +329,8 @@ class Agent:
         values = self.secret_values({"secrets": values}, recorded if isinstance(recorded, dict) else {})
         job = self.slurm_job(self.job_dir(job_id))
         if job is not None and st["state"] in RESUMABLE:
-            return {"slurm_job": self._slurm(slurmjob.resume, self.job_dir(job_id), job, values)}
+            said = self.resume_note(self.job_dir(job_id), recorded)
+            return dict(said, slurm_job=self._slurm(slurmjob.resume, self.job_dir(job_id), job, values))
         if st.get("unsupervised"):  # the attempt whose supervisor died still runs: stop it (it checkpoints), wait
             d = self.job_dir(job_id)
             grace = float((read_json(os.path.join(d, "job.json")) or {}).get("grace_s") or GRACE_S)
@@ -343,7 +344,18 @@ class Agent:
         old = read_json(os.path.join(d, "status.json")) or {}
         old.update(state="pending", reason="resuming", supervisor_pid=None, heartbeat=time.time())
         atomic_write_json(os.path.join(d, "status.json"), old)
-        return {"pid": self.spawn(d, int(old.get("node_rank") or 0), values)}
+        said = self.resume_note(d, recorded)  # after the stop above: the checkpoint it left counts
+        return dict(said, pid=self.spawn(d, int(old.get("node_rank") or 0), values))
+
+    @staticmethod
+    def resume_note(job_dir: str, recorded: Any) -> Dict[str, Any]:
+        """``{"note": ...}``: what the next attempt appends to the command (``attempt.plan``,
+        found in the job folder as it is now, as the supervisor will find it), or why it
+        appends nothing; empty for a job without ``resume_args``."""
+        args = recorded.get("resume_args") if isinstance(recorded, dict) else None
+        if not args or not isinstance(args, list):
+            return {}
+        return {"note": attempt.plan([str(a) for a in args], job_dir).note}
 
     def slurm_job(self, job_dir: str) -> Optional[Dict[str, Any]]:
         """job.json of a job run through Slurm, else None."""

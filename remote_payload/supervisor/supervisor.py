@@ -412,7 +412,8 @@ class Supervisor:
                 env = direct_env(env, free_port())
             argv = list(self.node["argv"])
             if int(self.status["attempt"]) > 1:
-                argv = attempt.resume_argv(argv, list(self.job.get("resume_args") or []), self.job_dir, self.say)
+                argv = attempt.resume_argv(argv, list(self.job.get("resume_args") or []), self.job_dir, self.say,
+                                           dropped=lambda why: self.update(resume_dropped=why))
             argv = launchers.complete(argv, self.job, self.node, env, self.job_dir)
             argv = allocation.step_argv(self.job, self.job_dir, argv) if self.slurm else argv
             self.say("starting: %s" % shlex.join(argv))

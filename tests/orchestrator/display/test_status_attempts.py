@@ -1,16 +1,18 @@
 """`orch status` across attempts: ELAPSED counts from the first attempt's start
 (``first_started``), and a resumed script that began again from an earlier step
-(its newest step below ``resumed_from_step``) is said to have started over."""
+(its newest step below ``resumed_from_step``), or one whose ``resume_args`` were left out
+(``resume_dropped``), is said to have started over."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.cells import cell_len
 
-from orchestrator.display.progress import row_fields, started_over_note
+from orchestrator.display.progress import JobProgress, row_fields, started_over_note
 from tests.support.orch import Orch, write_job
 
 
@@ -80,3 +82,22 @@ def test_row_fields_read_attempts_as_untrusted() -> None:
     failed = row_fields({"state": "failed", "started": 0.0, "ended": 10.0, "metrics": {"step": 12798}}, 0.0, 1,
                         12800, None)
     assert failed.cells()[2] == "12798/12800"  # only a success has reached its end
+
+
+def test_resume_args_left_out_say_started_over_with_no_step_logged() -> None:
+    """A later attempt whose `{last_checkpoint}` found nothing (status.json's `resume_dropped`,
+    supervisor/attempt.py) started over whether or not a step was logged; the reason is the
+    note. Read as untrusted: a first attempt's, a non-string or a blank one says nothing."""
+    why = "no complete checkpoint for {last_checkpoint} in the job folder (looked for step_N/): resume_args left out"
+    base = {"state": "running", "started": 1000.0, "attempt": 2, "resume_dropped": why}
+    p = row_fields(base, created=0.0, nodes=1, total=None, price_per_hour=None, now=1100.0)
+    assert p.state == "running (started over)" and p.step is None and p.resume_dropped == why
+    assert started_over_note(p) == "started over: " + why
+    both = row_fields(dict(base, resumed_from_step=50, metrics={"step": 10}), 0.0, 1, None, None, now=1100.0)
+    assert started_over_note(both) == "started over at step 10 (was 50 before the resume); " + why
+    assert JobProgress.from_dict(asdict(p)) == p
+    for odd in ({"attempt": 1}, {"resume_dropped": 7}, {"resume_dropped": " "}):
+        q = row_fields(dict(base, **odd), 0.0, 1, None, None, now=1100.0)
+        assert q.state == "running" and q.resume_dropped is None and started_over_note(q) is None
+    dirty = row_fields(dict(base, resume_dropped="bad\x1b]0;t\x07\nline"), 0.0, 1, None, None, now=1100.0)
+    assert dirty.resume_dropped is not None and "\x1b" not in dirty.resume_dropped and "\n" not in dirty.resume_dropped

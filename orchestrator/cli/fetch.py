@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.fetch import unfetched
+from orchestrator.fetch import links, unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
 from orchestrator.fetch import leftovers
 from orchestrator.fetch import DEFAULT_INTERVAL_S
@@ -24,6 +24,9 @@ from orchestrator.fetch import DEFAULT_INTERVAL_S
               help="Also fetch what this gitignore-style pattern selects (repeatable).")
 @click.option("--all", "everything", is_flag=True,
               help="Fetch every file of the job folder and every file the job wrote (not the synced code).")
+@click.option("--follow-links-inside", "follow_links", is_flag=True,
+              help="Fetch a copy of the target of each symlink that stays inside the job folder (never one "
+                   "pointing outside it, dangling, or looping), under the link's own name.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: what was fetched, and what the job wrote that was not (not_fetched).")
 @notify_option
@@ -37,7 +40,8 @@ from orchestrator.fetch import DEFAULT_INTERVAL_S
                    "server no longer keeps, as its keep_checkpoints does).")
 @pass_app
 def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns: tuple[str, ...],
-              everything: bool, as_json: bool, watch: bool, interval: float, keep_checkpoints: bool) -> None:
+              everything: bool, follow_links: bool, as_json: bool, watch: bool, interval: float,
+              keep_checkpoints: bool) -> None:
     """Download what the job's `outputs` select, verified by sha256; idempotent.
 
     Patterns match both the job folder ($ORCH_JOB_DIR) and what the job wrote in its
@@ -49,6 +53,10 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     A checkpoint folder (checkpoints/step-N/) lands whole: it is fetched into a hidden
     .part-step-N/ and renamed once every file is verified; while the job runs, only once it
     holds COMPLETE.
+
+    Symlinks the job made are never followed on the server: each one the patterns select is
+    named, with where it points and whether that is inside the job folder;
+    --follow-links-inside fetches a copy of the file or folder of those that stay inside.
 
     With --watch the same fetch runs every --interval seconds until the job ends (a dropped
     link is retried, never fatal), checkpoints included, and local checkpoints the server
@@ -65,6 +73,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
         raise UsageError("--interval and --keep-checkpoints go with --watch")
     if as_json and watch:
         raise UsageError("--json goes without --watch (a watch prints as it goes)")
+    if follow_links and watch:
+        raise UsageError("--follow-links-inside goes without --watch")
     record = app.registry.get(job)
     with_checkpoints = watch if checkpoints is None else checkpoints
     extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
@@ -73,12 +83,17 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
         if status.get("state") != "succeeded":
             raise SystemExit(1)
         return
-    summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything)
+    summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything,
+                    follow_links=follow_links)
     left = unfetched.unfetched(summary.unselected, summary.here)
     if as_json:
         app.json({"job_id": record.job_id, "dest": str(summary.dest), "fetched": summary.fetched,
                   "unchanged": summary.unchanged, "bytes": summary.bytes, "patterns": summary.patterns,
-                  "ended": summary.ended, "not_fetched": unfetched.as_json(left), "unwritable": summary.unwritable})
+                  "ended": summary.ended, "not_fetched": unfetched.as_json(left), "unwritable": summary.unwritable,
+                  "links": links.as_json(summary.links, follow_links)})
+    else:
+        for line in links.lines(summary.links, follow_links):
+            app.say(line)
     if not summary.fetched and not summary.unchanged and not summary.unwritable:
         message = nothing_selected(summary, record.job_id)
         if summary.ended:

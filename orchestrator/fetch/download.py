@@ -26,7 +26,8 @@ import pathspec
 
 from orchestrator.access.connect import open_transport
 from orchestrator.errors import LocalFileError, RemoteError
-from orchestrator.fetch.manifest import CODE_PREFIX, Entry, safe_entries
+from orchestrator.fetch import links as fetch_links
+from orchestrator.fetch.manifest import CODE_PREFIX, Entry, safe_entries, safe_links
 from orchestrator.fetch.verified import CheckpointFolders, FetchState
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.hosts.inventory import Inventory
@@ -51,6 +52,7 @@ class FetchSummary:
     checkpoints: dict[str, set[str]] = field(default_factory=dict)  # verified.CheckpointFolders.listed
     committed: list[str] = field(default_factory=list)  # checkpoint folders renamed into place
     unwritable: list[str] = field(default_factory=list)  # names this laptop cannot hold: "name (reason)", ascii()
+    links: list[fetch_links.LinkSeen] = field(default_factory=list)  # the selected symlinks, each node's once
 
 
 DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
@@ -58,7 +60,7 @@ DEFAULT_OUTPUTS = ["outputs/", "logs/", "metrics.jsonl"]
 
 def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Callable[[str], None],
           extra: list[str] | None = None, everything: bool = False,
-          remotes: list[Remote] | None = None, tell: bool = True) -> FetchSummary:
+          remotes: list[Remote] | None = None, tell: bool = True, follow_links: bool = False) -> FetchSummary:
     """Fetch the files the job's own ``outputs`` (recorded in its job.json) select, plus
     ``extra`` patterns; ``everything`` fetches the whole job folder but the synced code.
     Patterns match the fetched name: a file the job wrote in its working directory
@@ -70,7 +72,10 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     of that an earlier fetch brought here already (``here``). A checkpoint
     folder lands whole (``verified.CheckpointFolders``). ``remotes``: open connections to
     the nodes, in host order, used instead of new ones; ``tell=False`` leaves the ``fetched``
-    request to the caller (``orch fetch --watch``, watch.py)."""
+    request to the caller (``orch fetch --watch``, watch.py). The job folder's symlinks that
+    the patterns select are never followed on the server; each is in ``summary.links`` (where it
+    points, whether inside the folder); ``follow_links`` fetches a copy of the target of each one
+    that stays inside the folder, from the target's own listed files (``links.select``)."""
     dest = runs.run_dir(dest_parent, record.job_id)
     summary = FetchSummary(dest)
     taken: set[str] = set()
@@ -81,7 +86,8 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
             with ExitStack() as stack:
                 remote = remotes[i] if remotes else \
                     Remote(host, stack.enter_context(open_transport(host, inventory, never)))
-                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, folders) \
+                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, folders,
+                               follow_links) \
                         and tell and host.name not in state.told:
                     remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
                     state.tell(host.name)
@@ -93,12 +99,14 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
 
 
 def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, taken: set[str],
-                say: Callable[[str], None], extra: list[str], everything: bool, folders: CheckpointFolders) -> bool:
+                say: Callable[[str], None], extra: list[str], everything: bool, folders: CheckpointFolders,
+                follow_links: bool = False) -> bool:
     """Fetch one node's share; True when the job had ended and everything selected is here."""
     host, state = remote.host, folders.state
     manifest = remote.call("manifest", job=job_id)
     odd: list[str] = []
     entries = safe_entries(manifest, dest, odd)
+    links = safe_links(manifest, entries, odd)
     if odd:
         say(f"{host.name}: not fetched, names with control characters: {', '.join(odd[:5])}"
             + (f" (+{len(odd) - 5} more)" if len(odd) > 5 else ""))
@@ -110,7 +118,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
     summary.ended = summary.ended and not running
     summary.states.append(str(manifest.get("state")))
-    wanted: dict[str, Entry] = {}
+    wanted: list[Entry] = []
     selected: list[Entry] = []
     for entry in entries:
         if entry.local in taken:
@@ -122,6 +130,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
             continue
         taken.add(entry.local)
         selected.append(entry)
+    selected += fetch_links.select(links, entries, spec, dest, taken, summary.links, follow_links)
     for entry in folders.stage(selected, running):
         local = dest / entry.local
         if not _writable(dest, entry, summary):
@@ -129,22 +138,21 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
         if local.is_file() and state.has(entry.local, local, entry.size, entry.sha256):
             summary.unchanged.append(entry.local)
         else:
-            wanted[entry.path] = entry
+            wanted.append(entry)  # a link's copy asks for its target's path again: a list, in request order
     if not wanted:
         return not running and not summary.unwritable
     requests = []
-    for entry in wanted.values():
+    for entry in wanted:
         part = part_path(dest, entry.local)
         offset = part.stat().st_size if part.is_file() else 0
         requests.append({"path": entry.path, "offset": offset if offset <= entry.size else 0, "size": entry.size})
-    say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted.values()) / 2**20:.1f} MB from {host.name}")
+    say(f"fetching {len(wanted)} file(s), {sum(e.size for e in wanted) / 2**20:.1f} MB from {host.name}")
     proc = remote.start("send", job=job_id, files=requests)
     reader = FileStream(proc)
-    for req in requests:
+    for entry, req in zip(wanted, requests):
         header = reader.header()
-        entry = wanted.get(header.get("path", ""))
         size = header.get("size")
-        if entry is None or header.get("path") != req["path"] or header.get("offset") != req["offset"] \
+        if header.get("path") != req["path"] or header.get("offset") != req["offset"] \
                 or not isinstance(size, int) or not 0 <= size <= entry.size - req["offset"]:
             raise RemoteError(f"{host.name}: unexpected file header {ascii(header)[:200]}")
         try:

@@ -77,7 +77,10 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None,
     (older orch) lists nothing of ``code/``.
 
     A file whose size and mtime equal the previous manifest's keeps its hash unread.
-    Symlinks are listed nowhere: fetch never follows a link the server made.
+    Symlinks are never listed as files: each one (but the synced code's) is described under
+    ``"links"`` instead (``describe_link``: where it points and whether that stays inside the
+    job folder), so fetch can name it and, asked to, fetch a copy of a target inside the folder
+    from the files listed here; nothing is ever read through a link.
     ``settled_before_ns`` (for a cache of hashes built while the job runs): files modified at
     or after that time are left out, never read — the job may still be writing them.
     """
@@ -85,13 +88,15 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None,
     snapshot = read_json(os.path.join(job_dir, SNAPSHOT))
     snap_files = snapshot.get("files") if isinstance(snapshot, dict) else None
     files = []
+    links = []
+    base = os.path.realpath(job_dir)
     for dirpath, dirnames, filenames in os.walk(job_dir):
         rel_dir = os.path.relpath(dirpath, job_dir)
         in_code = rel_dir == CODE_DIR or rel_dir.startswith(CODE_DIR + os.sep)
         if rel_dir == "." and not isinstance(snap_files, dict):
             dirnames[:] = [d for d in dirnames if d != CODE_DIR]
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp-") and not (in_code and d in SKIP_DIRS))
-        for name in sorted(filenames):
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             rel = name if rel_dir == "." else os.path.join(rel_dir, name)
             if (rel_dir == "." and name in NOT_LISTED) or ".tmp." in name or name.startswith(".orch-tmp-"):
                 continue
@@ -100,9 +105,11 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None,
                 st = os.lstat(full)
             except OSError:
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
             if in_code and _from_snapshot(snap_files, rel[len(CODE_DIR) + 1:], st):
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                links.append(describe_link(base, rel))
+            if not stat.S_ISREG(st.st_mode):
                 continue
             if settled_before_ns is not None and st.st_mtime_ns >= settled_before_ns:
                 continue
@@ -115,7 +122,71 @@ def build_manifest(job_dir: str, previous: Optional[Dict[str, Any]] = None,
                 except OSError:  # unreadable (a job may chmod its own files): not fetchable, not fatal
                     continue
             files.append({"path": rel, "size": st.st_size, "sha256": digest, "mtime_ns": st.st_mtime_ns})
-    return {"files": files, "created": time.time()}
+    return {"files": files, "links": sorted(links, key=lambda link: link["path"]), "created": time.time()}
+
+
+MAX_HOPS = 40  # a chain of links longer than this is a loop (Linux's own limit)
+
+
+def describe_link(base: str, rel: str) -> Dict[str, Any]:
+    """The link ``rel`` of the job folder ``base`` (a real path): ``{"path", "target" (its text),
+    "kind", "to"}``. ``kind``: ``file`` or ``dir`` when it resolves, hop by hop, to a regular file
+    or a folder inside ``base`` — every hop's path (through ``..`` or an absolute one) and every
+    folder on the way stay inside — with ``to`` that target's path in the folder; ``outside`` when
+    any hop leaves it; ``dangling`` when the target does not exist; ``loop`` for a folder holding
+    the link itself or a chain that never ends; ``other`` for anything else (a fifo, a socket).
+    Never opens or reads the target."""
+    full = os.path.join(base, rel)
+    try:
+        target = os.readlink(full)
+    except OSError:
+        target = ""
+    out: Dict[str, Any] = {"path": rel, "target": target[:1024], "kind": "dangling", "to": ""}
+    current = full
+    for _ in range(MAX_HOPS):
+        try:
+            text = os.readlink(current)
+        except OSError:
+            return out
+        hop = os.path.normpath(os.path.join(os.path.dirname(current), text))
+        parent = os.path.realpath(os.path.dirname(hop))
+        if _climbs_out(base, os.path.dirname(current), text) or not _within(base, parent):
+            return dict(out, kind="outside")
+        current = os.path.join(parent, os.path.basename(hop))
+        if os.path.islink(current):
+            continue
+        try:
+            st = os.stat(current)
+        except OSError:
+            return out  # dangling
+        if os.path.realpath(full) != current:  # the system resolves it elsewhere (a link inside the text)
+            return dict(out, kind="outside")
+        to = os.path.relpath(current, base)
+        if stat.S_ISDIR(st.st_mode):
+            held = to == "." or rel.startswith(to + os.sep)
+            return dict(out, kind="loop" if held else "dir", to="" if held else to)
+        return dict(out, kind="file" if stat.S_ISREG(st.st_mode) else "other", to=to)
+    return dict(out, kind="loop")
+
+
+def _within(base: str, path: str) -> bool:
+    return path == base or path.startswith(base + os.sep)
+
+
+def _climbs_out(base: str, start: str, text: str) -> bool:
+    """True when the link text ``text``, followed part by part from the folder ``start``, ever
+    stands outside ``base`` once inside it (``..`` above it), or never enters it."""
+    path = "/" if text.startswith("/") else start
+    entered = _within(base, path)
+    for part in text.split("/"):
+        if part in ("", "."):
+            continue
+        path = os.path.dirname(path) if part == ".." else os.path.join(path, part)
+        if _within(base, path):
+            entered = True
+        elif entered:
+            return True
+    return not entered
 
 
 def _from_snapshot(snap_files: Any, rel: str, st: os.stat_result) -> bool:

@@ -152,7 +152,8 @@ REQUESTS: Dict[str, Request] = {
                        "follow": (bool, REQUIRED), "heartbeat": (NUMBER, REQUIRED)}, {}, writes=True),
     "tail_offset": Request({"job": (str, REQUIRED), "node": (int, REQUIRED), "lines": (int, REQUIRED)},
                            {"offset": (int, REQUIRED)}),
-    "manifest": Request(JOB, {"files": (list, REQUIRED), "state": (str, REQUIRED), "outputs": ((list, NONE), OPT)}),
+    "manifest": Request(JOB, {"files": (list, REQUIRED), "state": (str, REQUIRED), "outputs": ((list, NONE), OPT),
+                              "links": (list, OPT)}),  # the job folder's symlinks (jobdir/manifest.py describe_link)
     "send": Request({"job": (str, REQUIRED), "files": (list, REQUIRED)}, {}, writes=True),
     "send_ws": Request({"project": (str, REQUIRED), "files": (list, REQUIRED)}, {}, writes=True),
     "show": Request(JOB, {"status": (dict, REQUIRED)}, statuses="status"),

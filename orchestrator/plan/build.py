@@ -49,7 +49,10 @@ class HostFacts(Frozen):
 
 class NodePlan(Frozen):
     """One node's part. ``direct``: ``argv`` is the job's one process itself (no torchrun);
-    the supervisor adds torchrun's environment contract to it, with a free port it picks."""
+    the supervisor adds torchrun's environment contract to it, with a free port it picks —
+    unless ``plain``: a command of the user's that orch starts as one process under
+    ``launcher: auto``, which sees none of torchrun's variables, as if started with plain
+    ``python`` (a framework that starts its own processes reads them as "launched by torchrun")."""
 
     host: str
     node_rank: int
@@ -58,6 +61,7 @@ class NodePlan(Frozen):
     job_dir: str
     argv: list[str]
     direct: bool = False
+    plain: bool = False
     launcher: str | None = None  # the command's own launcher that orch runs once per node (plan/launchers.py)
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -196,6 +200,13 @@ def is_direct(spec: JobSpec, nnodes: int, nproc: int) -> bool:
     return launcher == "direct" or (launcher == "auto" and nnodes == 1 and nproc == 1)
 
 
+def is_plain(spec: JobSpec, direct: bool) -> bool:
+    """A direct start that gets none of torchrun's variables: the user's command under
+    ``launcher: auto``. The built-in trainer and ``launcher: direct`` (asked for by name: "torchrun's
+    environment without its agent") keep them."""
+    return direct and spec.train is None and spec.launch.launcher == "auto"
+
+
 def torchrun_argv(python: str, nproc: int, entry: list[str], nnodes: int = 1,
                   rdzv_endpoint: str | None = None, run_id: str | None = None) -> list[str]:
     """torchrun with no restarts: ``--standalone`` on one node; across nodes, torch's c10d
@@ -266,7 +277,7 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
             argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), len(hosts), endpoint,
                                  job_id)
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
-                              direct=direct, launcher=cmd.launcher if cmd else None,
+                              direct=direct, plain=is_plain(spec, direct), launcher=cmd.launcher if cmd else None,
                               env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
     plan = _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
     return plan.model_copy(update={"rdzv_endpoint": endpoint})
@@ -292,7 +303,8 @@ def _slurm_nodes(spec: JobSpec, host: Host, fact: HostFacts, job_id: str,
     else:
         argv = torchrun_argv(fact.python, nproc, entrypoint(spec, fact.python, job_dir), res.nodes, RDZV, job_id)
     nodes = [NodePlan(host=host.name, node_rank=i, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
-                      direct=direct, launcher=cmd.launcher if cmd else None, env={"ORCH_HOST": host.name})
+                      direct=direct, plain=is_plain(spec, direct), launcher=cmd.launcher if cmd else None,
+                      env={"ORCH_HOST": host.name})
              for i in range(res.nodes)]
     return nodes, slurmplan.batch(host, res, fact.python, fact.payload, job_dir)
 

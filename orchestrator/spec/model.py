@@ -134,7 +134,9 @@ class Launch(Frozen):
         "starts the processes, once per node, with the job's processes per node, node count, node rank and "
         "rendezvous (a command that already starts with it keeps its other flags). `auto`: the launcher the "
         "command starts with (`torchrun`, `python -m torch.distributed.run`, `accelerate launch`, `deepspeed`); "
-        "else direct exactly when the job is one node × one process, torchrun otherwise (docs/own-script.md)."
+        "else direct exactly when the job is one node × one process, torchrun otherwise. Started so, a command of "
+        "your own gets none of torchrun's variables, as under plain `python` (a framework that starts its own "
+        "processes, like Lightning's `Trainer(devices=2)`, then starts them) (docs/own-script.md)."
     )
     resume_args: list[str] = Field(
         default_factory=list, description="Arguments appended to the command on every attempt after the first "

@@ -3,8 +3,10 @@
 CI has no GPU, no server an hour off, and tiny models that finish too fast to stop midway, so
 a few places in the shipped server code take a setting for tests: the GPU queue's inventory
 (``gpus``, ``gpus_busy``, ``gpu_memory_gb``: ``gpuqueue/inventory.py``), the trainer's pause
-after each step (``step_delay_s``: ``trainer/loop.py``) and the clock of the helper and the
-supervisor (``clock_shift_s``: ``jobdir/testclock.py``). Each is read from one place only: the
+after each step (``step_delay_s``: ``trainer/loop.py``), the clock of the helper and the
+supervisor (``clock_shift_s``: ``jobdir/testclock.py``) and how long a supervisor waits for a
+process group's missing ranks before status says so (``join_wait_s``:
+``supervisor/joinwatch.py``). Each is read from one place only: the
 file ``<root>/test-hooks.json`` (``FILE``), which the test harness writes straight into a
 host's orch root before it submits (tests/support/serverhooks.py). Without that file (every
 real server) nothing changes.
@@ -75,3 +77,9 @@ def step_delay_s(root: str) -> float:
 def clock_shift_s(root: str) -> float:
     """Seconds ``root``'s helper and supervisors move their clock by (0: none)."""
     return _number(settings(root).get("clock_shift_s"), -10 * 365 * 86400, 10 * 365 * 86400) or 0.0
+
+
+def join_wait_s(root: str) -> float:
+    """Seconds without the rest of a process group before ``root``'s supervisors say ranks are
+    awaited (``supervisor/joinwatch.py``; 0: its own wait)."""
+    return _number(settings(root).get("join_wait_s"), 0, 86400) or 0.0

@@ -5,6 +5,14 @@ first line; for one node × one process it buys nothing. The plan marks such a n
 (``launch.launcher``: auto, torchrun, direct) and the supervisor runs its argv itself with
 ``direct_env``: the environment torchrun gives its one worker, with a free port picked on the
 node at start time (the plan is pure, so it cannot pick one).
+
+Not so a node the plan marks ``plain`` as well (a user's command under ``launcher: auto``): it
+starts with the job's environment as it is, none of torchrun's variables added, as ``python
+x.py`` typed on the host would. A framework that starts its own processes (Lightning's
+``Trainer(devices=2)``, ``mp.spawn`` behind an ``if "LOCAL_RANK" in os.environ``, Hugging
+Face's ``Trainer``) reads ``LOCAL_RANK`` & co as "torchrun started me, with the whole world"
+and would wait forever for ranks nobody starts. The built-in trainer and ``launcher: direct``
+keep ``direct_env``.
 """
 
 from __future__ import annotations

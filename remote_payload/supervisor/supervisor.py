@@ -20,7 +20,10 @@ survives the SSH session ending and SIGHUP. Standard library only. Contract (doc
   exits only new or changed files are hashed before the terminal state. A record still running
   then is not waited for: it lands a moment later and ``manifest.json`` is refreshed with it.
 - A direct start (the plan's ``direct``: one node, one process) runs ``argv`` itself with the
-  environment torchrun would give that one worker (``direct_env``).
+  environment torchrun would give that one worker (``direct_env``), or, ``plain`` (a user's
+  command under ``launcher: auto``), with none of it, as a plain ``python`` start.
+- While the job runs, ``joinwatch`` reads its log for a process group whose ranks never all
+  joined (Lightning's ``MEMBER 1/2`` and then nothing): status.json's reason says so.
 - ``logs/node<N>.log`` holds setup output, the job's output and ``[orch]`` lines; it is
   only ever appended to, so readers can follow it by byte offset.
 - Before setup the node waits for its GPUs in the host's queue (``gpuqueue.take``: state
@@ -68,6 +71,7 @@ from remote_payload.supervisor import (  # noqa: E402
     budget,
     environment,
     failure,
+    joinwatch,
     launchers,
     metricswatch,
     onfinish,
@@ -177,6 +181,12 @@ class Supervisor:
         self.progress_note = text
         if self.status.get("reason") is None and self.status["state"] not in TERMINAL:
             self.update(reason=text)
+
+    def note_ranks(self, text: Optional[str]) -> None:
+        """The join watch's reason (``joinwatch``: ranks of a process group never joined) as
+        status.json's reason while the job runs; None takes it back."""
+        if self.status["state"] not in TERMINAL:
+            self.update(reason=text or self.progress_note)
 
     def stop_for_budget(self, reason: str) -> None:
         """``max_cost`` is reached (the ``budget`` duty, once): say it, record it, and cancel the
@@ -408,7 +418,7 @@ class Supervisor:
             code = code or WARNED_BEFORE_START
         elif not self.cancelled.is_set():
             self.update(state="running")
-            if self.node.get("direct"):
+            if self.node.get("direct") and not self.node.get("plain"):  # plain: as `python x.py` would start it
                 env = direct_env(env, free_port())
             argv = list(self.node["argv"])
             if int(self.status["attempt"]) > 1:
@@ -419,8 +429,10 @@ class Supervisor:
             self.say("starting: %s" % shlex.join(argv))
             watcher = self.watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env,
                                                         self.note_progress_off)  # rows from the job's log lines
+            joins = joinwatch.watch(self.job_dir, self.node_rank, self.say, self.note_ranks)  # ranks never joined
             self.stepping = True
             code = self.run_step(list(argv), env, started=self.start_background, cwd=self.workdir(env))
+            joins.stop()
             watcher.stop()
         if self.recorder is None:  # the job never started: record what it would have run with
             self.recorder = self.new_recorder()

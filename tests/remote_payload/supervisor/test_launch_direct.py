@@ -92,10 +92,13 @@ def test_the_plan_starts_one_process_directly_and_more_under_torchrun() -> None:
     job_dir = "/r/jobs/p-20261130-101500-abcd"
     trainer = {"train": {"model": "m", "data": {"train": "d.jsonl"}}}
     node = plan_for(trainer).nodes[0]
-    assert node.direct and node.argv == ["/py", "-m", "remote_payload.train", "--config", f"{job_dir}/train.json",
+    assert node.direct and not node.plain and node.argv == ["/py", "-m", "remote_payload.train", "--config", f"{job_dir}/train.json",
                                          "--out", job_dir]
     command = {"launch": {"command": "python3 train.py --lr 1"}}
     assert plan_for(command).nodes[0].argv == ["/py", "train.py", "--lr", "1"]
+    # a command of the user's under auto starts as plain python; `direct` by name keeps torchrun's environment
+    assert plan_for(command).nodes[0].plain
+    assert not plan_for({"launch": {"command": "python t.py", "launcher": "direct"}}).nodes[0].plain
     forced = plan_for({"launch": {"command": "python train.py", "launcher": "torchrun"}}).nodes[0]
     assert not forced.direct and forced.argv == ["/py", "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                                                  "--nproc_per_node", "1", "--max_restarts", "0", "--no-python",

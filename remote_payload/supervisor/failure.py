@@ -201,6 +201,19 @@ def signal_text(signum: int) -> str:
     return "killed by signal %d (%s)" % (signum, signal_name(signum))
 
 
+TERMINATE = "terminate called without an active exception"
+
+
+def worker_signal(who: str, signum: int, lines: List[str]) -> str:
+    """``who: killed by signal N (NAME)``; a SIGABRT after the C++ runtime's ``TERMINATE``
+    line says so and names the likely cause: PyTorch's gloo teardown race at interpreter exit
+    (a gloo worker thread taking the GIL while the interpreter finalizes, pytorch/pytorch#190489)."""
+    text = "%s: %s" % (who, signal_text(signum))
+    if signum == signal.SIGABRT and any(TERMINATE in line for line in lines[-400:]):
+        text += " after '%s' (at exit, with gloo: PyTorch's teardown race, pytorch/pytorch#190489)" % TERMINATE
+    return text
+
+
 def _int(text: Optional[str]) -> Optional[int]:
     m = re.match(r"\s*(-?\d+)", text or "")
     return int(m.group(1)) if m else None
@@ -223,7 +236,7 @@ def explain(text: str, node_rank: int, exit_code: int, launcher: str = "torchrun
             rank = ranked[-1] if ranked else first_rank if nproc == 1 else None
             who = "rank %s on node %d" % (rank if rank is not None else "?", node_rank)
             if code < 0:
-                return "%s: %s" % (who, signal_text(-code))
+                return worker_signal(who, -code, lines[:at])
             return _worker_sentence(who, lines[:at], code, rank=rank)
         if exit_code < 0:  # the launcher failed itself
             return "%s %s" % (launcher, signal_text(-exit_code))
@@ -240,7 +253,7 @@ def explain(text: str, node_rank: int, exit_code: int, launcher: str = "torchrun
     code = exit_code if code is None else code
     who = "rank %s on node %d" % (rank if rank is not None else "?", node_rank)
     if code < 0:
-        return "%s: %s" % (who, signal_text(-code))
+        return worker_signal(who, -code, lines[:cut] if cut is not None else lines)
     worker = lines[:cut] if cut is not None else lines
     return _worker_sentence(who, worker, code, _error_file_message(summary.get("error_file", "")), rank)
 
@@ -267,7 +280,7 @@ def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
         return explain(text, node_rank, exit_code)
     who = "rank 0 on node %d" % node_rank
     if exit_code < 0:
-        return "%s: %s" % (who, signal_text(-exit_code))
+        return worker_signal(who, -exit_code, lines)
     mark = "[orch] " + CANNOT_START
     cannot = [line[len(mark):].strip() for line in lines if line.startswith(mark)]
     return _worker_sentence(who, lines, exit_code, cannot[-1] if cannot else None)

@@ -1,6 +1,20 @@
 """Training scripts written in the style of the upstream ones people launch through orch (the
 PyTorch DDP tutorial, accelerate's and DeepSpeed's examples, a Hugging Face examples script, a
-bash wrapper), shared by the launcher, resume and multi-node tests. CPU only, gloo."""
+bash wrapper), shared by the launcher, resume and multi-node tests. CPU only, gloo.
+
+A DDP script on gloo that ends right after a collective aborts now and then at interpreter exit
+under torch 2.13 ("terminate called without an active exception", SIGABRT, after the script's
+last line): DDP keeps the process group alive until exit, and a gloo worker thread still
+releasing the last collective's work takes the GIL while the interpreter finalizes
+(pytorch/pytorch#190489; seen in about 1 of 20 runs on a loaded machine, also without orch).
+Those scripts end with ``GLOO_EXIT``: flushed, then ``os._exit(0)``, which skips finalization.
+"""
+
+# The end of a DDP-on-gloo script that must not race torch's teardown (see above).
+GLOO_EXIT = """\
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)  # pytorch/pytorch#190489: no finalization for gloo's worker threads to race
+"""
 
 # The PyTorch DDP tutorial's shape: DistributedSampler + set_epoch, GradScaler (disabled on the
 # CPU: the tutorial's `device_type="cuda"` lines are the only ones changed), rank 0 saves
@@ -43,7 +57,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-"""
+""" + GLOO_EXIT
 
 ACCELERATE = """\
 import json, os, sys
@@ -65,7 +79,7 @@ with open(f"outputs/rank{acc.process_index}.json", "w") as f:
     json.dump({"rank": acc.process_index, "world": acc.num_processes, "type": str(acc.distributed_type),
                "sum": total}, f)
 acc.wait_for_everyone()
-"""
+""" + GLOO_EXIT
 
 DEEPSPEED = """\
 import json, os

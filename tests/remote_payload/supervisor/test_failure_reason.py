@@ -161,3 +161,42 @@ def test_a_launcher_that_runs_the_script_as_its_child_gives_the_scripts_own_reas
     assert failure.explain_direct(logs["acc-raises"], 0, 1) == "rank 0 on node 0: ValueError: boom (exit code 1)"
     own = "[orch] starting: x\nTraceback (most recent call last):\n  File \"x\", line 1\nOSError: bad config\n"
     assert failure.explain(own, 0, 1, "accelerate", nproc=1) == "accelerate: OSError: bad config (exit code 1)"
+
+
+# torchrun's own report of a DDP-on-gloo rank that aborted at interpreter exit (torch 2.13,
+# pytorch/pytorch#190489), as it appeared in a node log (pids and times as they were).
+TEARDOWN_ABORT = """\
+[orch] starting: python -m torch.distributed.run --standalone --nnodes 1 --nproc_per_node 2 ddp.py
+terminate called without an active exception
+W1205 11:42:11.260000 17644 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 17710 closing \
+signal SIGTERM
+E1205 11:42:11.284000 17644 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) \
+local_rank: 1 (pid: 17711) of binary: python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+ddp.py FAILED
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_11:42:11
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 17711)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 17711
+=======================================================
+"""
+
+
+def test_an_abort_at_exit_after_terminate_names_torchs_gloo_teardown_race() -> None:
+    """A SIGABRT after the C++ runtime's 'terminate called without an active exception' names
+    the likely cause; a SIGABRT without that line, or another signal after it, does not."""
+    said = failure.explain(TEARDOWN_ABORT, 0, 1)
+    assert said == ("rank 1 on node 0: killed by signal 6 (SIGABRT) after 'terminate called without an active "
+                    "exception' (at exit, with gloo: PyTorch's teardown race, pytorch/pytorch#190489)")
+    plain = TEARDOWN_ABORT.replace("terminate called without an active exception\n", "")
+    assert failure.explain(plain, 0, 1) == "rank 1 on node 0: killed by signal 6 (SIGABRT)"
+    killed = TEARDOWN_ABORT.replace("exitcode: -6", "exitcode: -9").replace("exitcode  : -6", "exitcode  : -9")
+    assert failure.explain(killed, 0, 1) == "rank 1 on node 0: killed by signal 9 (SIGKILL, out of memory?)"
+    assert failure.explain_direct("terminate called without an active exception\n", 0, -6).endswith(
+        "(at exit, with gloo: PyTorch's teardown race, pytorch/pytorch#190489)")

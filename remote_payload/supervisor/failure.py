@@ -273,8 +273,23 @@ def _worker_sentence(who: str, worker: List[str], code: int, message: Optional[s
     return "%s: %s (exit code %d)" % (who, one_line(message), code)
 
 
-def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
-    """The failure sentence for a direct start: the one process is rank 0 of node ``node_rank``."""
+# What a script that wants torchrun's variables says when started as plain python (no RANK ...).
+_WANTS_TORCHRUN = re.compile(r"KeyError: '(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'|"
+                             r"environment variable (RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT) expected")
+PLAIN_HINT = ("; started as plain python, without torchrun's variables: write torchrun in launch.command or "
+              "set launch.launcher: direct")
+
+
+def explain_direct(text: str, node_rank: int, exit_code: int, plain: bool = False) -> str:
+    """The failure sentence for a direct start: the one process is rank 0 of node ``node_rank``.
+    ``plain`` (started with none of torchrun's variables): a script that failed for want of
+    one (``KeyError: 'LOCAL_RANK'``, torch's "environment variable RANK expected") is told how
+    to get them."""
+    sentence = _explain_direct(text, node_rank, exit_code)
+    return sentence + PLAIN_HINT if plain and _WANTS_TORCHRUN.search(sentence) else sentence
+
+
+def _explain_direct(text: str, node_rank: int, exit_code: int) -> str:
     lines = _lines(text)
     if root_cause(lines) is not None:  # a wrapper (bash) that ran torchrun: its summary names the rank
         return explain(text, node_rank, exit_code)
@@ -286,14 +301,15 @@ def explain_direct(text: str, node_rank: int, exit_code: int) -> str:
     return _worker_sentence(who, lines, exit_code, cannot[-1] if cannot else None)
 
 
-def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int, direct: bool = False) -> str:
+def reason(job_dir: str, node_rank: int, job_id: str, exit_code: int, direct: bool = False,
+           plain: bool = False) -> str:
     """One line for ``status.json``'s ``reason``: the failure and where the full log is.
-    ``direct``: the job was started without torchrun (``explain_direct``). The launcher and
-    the node's processes are read from job.json."""
+    ``direct``: the job was started without torchrun (``explain_direct``; ``plain``: with none
+    of its variables). The launcher and the node's processes are read from job.json."""
     try:
         text = read_tail(os.path.join(job_dir, "logs", "node%d.log" % node_rank))
         if direct:
-            sentence = explain_direct(text, node_rank, exit_code)
+            sentence = explain_direct(text, node_rank, exit_code, plain)
         else:
             sentence = explain(text, node_rank, exit_code, *_node_facts(job_dir, node_rank))
         sentence = sentence.replace(os.path.join(job_dir, "code") + os.sep, "")

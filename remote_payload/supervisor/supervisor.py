@@ -468,7 +468,8 @@ class Supervisor:
         """The failure line from this node's log; in a Slurm allocation (every node's log is in
         this job folder) from the first node whose log explains more than the exit code."""
         nodes = range(len(self.job["nodes"])) if self.slurm else [self.node_rank]
-        reasons = [failure.reason(self.job_dir, n, self.job["job_id"], code, direct=bool(self.node.get("direct")))
+        reasons = [failure.reason(self.job_dir, n, self.job["job_id"], code, direct=bool(self.node.get("direct")),
+                                  plain=bool(self.node.get("plain")))
                    for n in nodes]
         return next((r for r in reasons if not r.startswith("job exited with code")), reasons[0])
 

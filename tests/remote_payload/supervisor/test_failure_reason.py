@@ -19,6 +19,7 @@ SCRIPTS = {
     "kill9.py": "import os, signal\nprint('about to die', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n",
     "quiet.py": "import sys\nprint('step 5 done', flush=True)\nsys.exit(3)\n",
     "evil.py": "raise RuntimeError('bad\\x1b]0;title\\x07 \\x1b[31mred\\r\\nsecond line')\n",
+    "torchrunstyle.py": "import os\nlocal_rank = int(os.environ['LOCAL_RANK'])\n",  # the DDP tutorial's first line
 }
 DDP = ("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
        "if dist.get_rank() == 1:\n    raise RuntimeError('rank one broke')\ndist.barrier()\n")
@@ -39,6 +40,10 @@ CASES = {
                           "torchrun: FileNotFoundError: [Errno 2] No such file or directory: 'no-such-binary-xyz' "
                           "(exit code 1)"),
     "evil": (["python", "evil.py"], "rank 0 on node 0: RuntimeError: bad"),
+    # a torchrun-style script started as plain python (one process, launcher: auto): told how to get torchrun's variables
+    "plain": (["python", "torchrunstyle.py"], "rank 0 on node 0: KeyError: 'LOCAL_RANK' (exit code 1); started as "
+              "plain python, without torchrun's variables: write torchrun in launch.command or set launch.launcher: "
+              "direct"),
     # one process: accelerate runs the script as its child and raises CalledProcessError naming it
     "accelerate": (["accelerate", "launch", "--num_processes", "1", "--cpu", "boom.py"],
                    "rank 0 on node 0: ValueError: boom (exit code 1)"),

@@ -116,24 +116,24 @@ class JobProgress:
 
 
 # ``orch status``'s columns in display order (JobProgress.cells between JOB and HOST). Kept by
-# priority when the terminal is narrow: JOB, STATE, STEP, then REASON (24 cells when that
-# fits, else down to 12, cut with "…", and only when some job has one: a failed job's
-# reason matters more than the others' loss),
-# LOSS, ETA, ELAPSED, TOK/S, NODES, HOST, COST; a column no job has anything in comes after
-# all of them. STATE is never shortened; a JOB id is cut (with "…") only when JOB and STATE
-# alone do not fit.
+# priority when the terminal is narrow: JOB, STATE, STEP, LOSS, then REASON (only when some
+# job has one; at least 12 cells, cut with "…"), ETA, ELAPSED, TOK/S, NODES, HOST, COST; a
+# column no job has anything in comes after all of them. So as the terminal narrows the reason
+# is cut first, to 12 cells, before any column is left out; it never costs STEP or LOSS their
+# place, and when not even its 12 cells fit it is left out alone (``orch status JOB`` prints the whole reason). STATE is never shortened; a JOB
+# id is cut (with "…") only when JOB and STATE alone do not fit.
 STATUS_COLUMNS = [
     Column("JOB", 0, required=True, min_width=8),
     Column("STATE", 1, required=True),
-    Column("NODES", 8, right=True),
+    Column("NODES", 9, right=True),
     Column("STEP", 2, right=True),
-    Column("LOSS", 4, right=True),
-    Column("TOK/S", 7, right=True),
-    Column("ETA", 5, right=True),
-    Column("ELAPSED", 6, right=True),
-    Column("COST", 10, right=True),
-    Column("HOST", 9),
-    Column("REASON", 3, min_width=12, want_width=24),  # last: status_lines(reasons=False) drops it
+    Column("LOSS", 3, right=True),
+    Column("TOK/S", 8, right=True),
+    Column("ETA", 6, right=True),
+    Column("ELAPSED", 7, right=True),
+    Column("COST", 11, right=True),
+    Column("HOST", 10),
+    Column("REASON", 5, min_width=12, skippable=True),  # last: status_lines(reasons=False) drops it
 ]
 WIDE_REASON = 200  # cells of a reason shown by --wide (a server's reason is not a log)
 _RANK_PREFIX = re.compile(r"^rank \d+ on node \d+: ")  # supervisor/failure.py's reason, as the table shows it

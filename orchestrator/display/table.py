@@ -15,6 +15,9 @@ it; the rest is pure: no terminal, no I/O).
   up to their natural width; a column without ``min_width`` is never shortened;
 * a column with ``want_width`` too is taken that wide (at most its natural width) when that
   fits, before less important columns are added: they get only the space left then;
+* a ``skippable`` column whose least width does not fit is left out without ending the run:
+  the less important columns after it are still taken while they fit (so it never costs
+  them their place when it is not shown itself);
 * ``width=None`` keeps every column at its natural width.
 
 Every returned line fits in ``width`` terminal cells (wide characters count twice) whenever
@@ -51,6 +54,7 @@ class Column:
     required: bool = False
     min_width: int | None = None
     want_width: int | None = None
+    skippable: bool = False
 
 
 def one_line(text: str) -> str:
@@ -105,6 +109,8 @@ def _choose(columns: Sequence[Column], natural: list[int], least: list[int], emp
         if want is not None and not empty[i] and used + gap + min(natural[i], max(want, size)) <= width:
             size = min(natural[i], max(want, size))
         if (whole if empty[i] else used) + gap + (natural[i] if empty[i] else size) > width:
+            if columns[i].skippable and not empty[i]:
+                continue
             break
         kept[i] = size
         used, whole = used + gap + size, whole + gap + natural[i]

@@ -45,8 +45,9 @@ def _assert_fits(lines: list[str], width: int, states: list[str]) -> None:
 
 
 @pytest.mark.parametrize("width, headers", [
-    (80, ["JOB", "STATE", "STEP", "REASON"]),  # a failed job's reason before the others' loss
-    (100, ["JOB", "STATE", "STEP", "LOSS", "REASON"]),  # REASON at its wanted 24 cells: no room for ETA
+    (80, ["JOB", "STATE", "STEP", "LOSS", "ETA"]),  # no room for 12 cells of reason: LOSS and ETA kept
+    (100, ["JOB", "STATE", "STEP", "LOSS", "ETA", "REASON"]),  # the reason cut, before ETA
+    (145, ALL_HEADERS),
     (160, ALL_HEADERS),
 ])
 def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -> None:
@@ -60,9 +61,72 @@ def test_status_lines_keep_columns_by_priority(width: int, headers: list[str]) -
     if width == 160:
         assert "a100,a100-2" in lines[1] and " 5.50 " in lines[1] and "job exited with code 1: CUDA" in lines[3]
         assert lines[3].endswith("…") and "\n" not in lines[3]
-    if width <= 100:  # the reason cut to fit, with "…"
+    if width in (100, 145):  # the reason cut to fit, with "…"
         shown = lines[3][lines[0].index("REASON"):]
         assert shown.endswith("…") and len(shown) > 8 and rows[2].reason.startswith(shown[:-1]), lines[3]
+
+
+def _mixed_rows(reasons: bool) -> list[StatusRow]:
+    """What a screen of `orch status` holds: a running one-node job with a loss (short name), a
+    running two-node job on two hosts with a price, a failed job of a long name (its reason
+    long, its rank head and log pointer shortened away), a queued job waiting for GPUs and a
+    silent supervisor's job; ``reasons=False``: the same rows without their reasons."""
+    def row(job_id: str, status: dict, nodes: int, hosts: list[str], reason: str) -> StatusRow:
+        return StatusRow(job_id, row_fields(status, 0.0, nodes, None, 1.98 if nodes > 1 else None, now=900.0),
+                         hosts, reason if reasons else "")
+    metrics = {"step": 420, "total_steps": 1000, "loss": 2.3456, "tokens_per_s": 5321.0, "time": 800.0}
+    return [
+        row("tiny-20261205-101500-1a2b", {"state": "running", "started": 0.0, "metrics": metrics}, 1, ["local"], ""),
+        row("llama-ft-20261205-101501-77aa", {"state": "running", "started": 0.0, "metrics": metrics}, 2,
+            ["a100", "a100-2"], ""),
+        row("tiny-lora-warmup-cosine-sw-b-20261205-101502-0f0f",
+            {"state": "failed", "started": 0.0, "ended": 700.0, "metrics": {"step": 5, "total_steps": 10, "loss": 0.5}},
+            1, ["local"], "rank 0 on node 0: RuntimeError: the data loader ran out of shards at epoch 2 while "
+                          "prefetching batch 17; full log: orch logs tiny-lora-warmup-cosine-sw-b-20261205-101502-0f0f"),
+        row("big-20261205-101503-0000", {"state": "queued", "started": 0.0}, 2, ["a100", "a100-2"],
+            "waiting for 2 GPU(s); busy with other processes: GPU 0"),
+        row("tiny-20261205-101504-2c3d", {"state": "running", "started": 0.0, "not_answering_s": 43.0, "metrics": metrics},
+            1, ["local"], "supervisor not answering for 43 s: stopped (SIGSTOP or SIGTSTP; kill -CONT 4242 on the host "
+                          "resumes it)"),
+    ]
+
+
+def test_a_reason_is_cut_before_any_data_column_is_left_out_at_every_width() -> None:
+    """Issue 39 item 7: at every width from 60 to 120, beside the reasons, STEP and LOSS are
+    there whenever they are without them; a data column is left out for REASON only when REASON
+    is down to what its 12 cells need (it could not be cut further to keep that column); when
+    not even 12 cells are left REASON is left out alone; every line fits."""
+    rows, bare = _mixed_rows(reasons=True), _mixed_rows(reasons=False)
+    assert rows[4].progress.state == "running (not answering)"
+    order = sorted(STATUS_COLUMNS[:-1], key=lambda c: c.priority)
+    shown_at = []
+    for width in range(60, 121):
+        lines, without = status_lines(rows, width), status_lines(bare, width)
+        assert all(cell_len(line) <= width for line in lines + without), (width, "\n".join(lines))
+        _assert_fits(lines, width, [r.progress.state for r in rows])
+        headers, plain = _header(lines), [h for h in _header(without) if h != "REASON"]
+        assert {"STEP", "LOSS"} & set(plain) <= set(headers) and (width < 80 or "LOSS" in headers), width
+        if "LOSS" in headers:
+            assert " 2.3456" in lines[1] and " 0.5000" in lines[3], (width, "\n".join(lines))
+        missing = [c for c in order if c.header in plain and c.header not in headers]
+        if "REASON" not in headers:
+            assert headers == plain, (width, headers, plain)  # not shown: costs nothing
+            continue
+        shown_at.append(width)
+        start = lines[0].index("REASON")
+        reason_width = width - start
+        assert reason_width >= 12 and lines[1][start:] == "", (width, "\n".join(lines))
+        if missing:  # the reason could not be cut further to keep the first column it left out
+            first = missing[0].header
+            need = max(cell_len(first), *(cell_len(line[without[0].index(first):].split()[0]) for line in without[1:]
+                                          if len(line) > without[0].index(first) and line[without[0].index(first):].strip()))
+            assert reason_width - 12 < len("  ") + need, (width, first, "\n".join(lines))
+        for line, row in zip(lines[3:], rows[2:]):
+            cell, whole = line[start:], table_reason(row.reason, row.progress.nodes)
+            assert cell == whole or (cell.endswith("…") and whole.startswith(cell[:-1])), (width, line)
+        assert lines[3][start:].startswith("RuntimeErro")
+    assert shown_at and shown_at == list(range(shown_at[0], 121)), shown_at  # once there, kept as it widens
+    assert shown_at[0] <= 90
 
 
 def test_a_queued_job_shows_its_place_and_still_fits_80_columns() -> None:
@@ -132,13 +196,13 @@ if sys.argv[1] != "0":
 """
 # Job ids of 49 characters (name-yyyymmdd-hhmmss-4hex), shown as their shortest unique prefix:
 # 43 or 44 characters, 46 when two were submitted in the same second (47 or 48 when their hex
-# digits start alike) — 80 columns leave REASON at least its 12 (STATE, STEP and gaps take 20).
+# digits start alike) — 80 columns leave LOSS and ELAPSED beside them, not REASON's 12 cells.
 LONG_NAME = "tiny-lora-warmup-cosine-sw-b"
 
 
 def test_status_fits_80_100_160_columns_through_the_cli(orch: Orch) -> None:
-    """Real jobs of a long name, one failed: every row fits, REASON is there even at 80
-    columns (cut with "…"; its log pointer and one-node rank head left out), succeeded jobs
+    """Real jobs of a long name, one failed: every row fits, LOSS is there at 80 columns
+    and REASON from 100 (cut with "…"; its log pointer and one-node rank head left out), succeeded jobs
     show their step total, and `orch status JOB` prints the whole reason within the width."""
     jobs = []
     for code in (0, 0, 3):
@@ -156,18 +220,19 @@ def test_status_fits_80_100_160_columns_through_the_cli(orch: Orch) -> None:
         lines = out.splitlines()
         assert len(lines) == 4 and all(cell_len(line) <= width for line in lines), out
         headers = lines[0].split()
-        assert {"JOB", "STATE", "STEP", "REASON"} <= set(headers) and "ETA" not in headers, out  # ETA: all ended
+        assert {"JOB", "STATE", "STEP", "LOSS"} <= set(headers) and "ETA" not in headers, out  # ETA: all ended
+        assert ("REASON" in headers) == (width > 80), out  # 80: no 12 cells left beside LOSS (issue 39 item 7)
         for line, job, state in zip(lines[1:], jobs, states):
             short = line.split()[0]
             assert job.startswith(short) and len(short) < len(job) and line.split()[1] == state, out
             assert (" 10/10" if state == "succeeded" else " 5/10 ") in f"{line} ", out  # a succeeded job: its total
-            if "LOSS" in headers:
-                assert " 0.5000" in line, out
+            assert " 0.5000" in line, out  # every row's loss, the failed one's too
             if width == 80:
                 assert orch.json("status", short)["job_id"] == job  # the shown prefix works as an id
-        shown = lines[3][lines[0].index("REASON"):]
-        cut = shown.endswith("…") and len(shown) >= 12 and in_table.startswith(shown[:-1])
-        assert shown == in_table or cut, out
+        if "REASON" in headers:
+            shown = lines[3][lines[0].index("REASON"):]
+            cut = shown.endswith("…") and len(shown) >= 12 and in_table.startswith(shown[:-1])
+            assert shown == in_table or cut, out
         if width == 160:
             assert {"TOK/S", "ELAPSED", "LOSS"} <= set(headers), out
         watched = orch("status", "-w", "--iterations", "1", env={"COLUMNS": str(width)}).stdout
@@ -212,3 +277,12 @@ def test_a_wanted_width_is_taken_before_less_important_columns_when_it_fits() ->
     assert fit(columns, rows, 18) == ["ID  WHY", "a   a long reason…"]  # WHY at its want: no room left for N
     assert fit(columns, rows, 14) == ["ID  WHY      N", "a   a long…  7"]  # the want does not fit: the minimum, N too
     assert fit(columns, [["a", "short", "7"]], 12) == ["ID  WHY    N", "a   short  7"]  # never wider than natural
+
+
+def test_a_skippable_column_that_does_not_fit_costs_the_others_nothing() -> None:
+    columns = [Column("ID", 0, required=True), Column("WHY", 1, min_width=6, skippable=True),
+               Column("N", 2, right=True)]
+    rows = [["a", "a long reason to cut", "7"]]
+    assert fit(columns, rows, 9) == ["ID  N", "a   7"]  # WHY's 6 do not fit: left out, N still taken
+    assert fit(columns, rows, 14) == ["ID  WHY      N", "a   a long…  7"]
+    assert fit([*columns[:1], Column("WHY", 1, min_width=6), columns[2]], rows, 9) == ["ID", "a"]  # not skippable

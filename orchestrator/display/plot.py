@@ -196,5 +196,5 @@ def save_figure(fig: Any, out: Path) -> None:
 
 def save_plot(rows: list[dict[str, float]], title: str, out: Path) -> None:
     if not any(k in r for r in rows for k in SERIES):
-        raise UsageError("metrics.jsonl holds no loss, lr or tokens/s values to plot yet")
+        raise UsageError("metrics.jsonl holds no loss, eval loss, lr or tokens/s value with a step to plot yet")
     save_figure(draw(rows, title), out)

@@ -22,9 +22,15 @@ A user script that never writes ``metrics.jsonl`` itself still gets STEP/LOSS/ET
   200 loss 0.5``, ``Step 20/100 | loss 2.31``, ``Epoch [1/5], Step [100/600], Loss: 0.2188``;
   a tqdm bar whose description or postfix holds a loss (``12/200 [00:03<00:40, 4.5it/s,
   loss=2.31]``: step 12 of 200; Lightning's ``Epoch 2: ... 16/32 [..., v_num=0,
-  train_loss=0.512]``: batches done over the epochs, 2 * 32 + 16); a dict after a short
-  prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****`` table
-  (``trainer.log_metrics``), at the last step seen. Never a step the line does not give.
+  train_loss=0.512]``: batches done over the epochs, 2 * 32 + 16); Lightning's Rich bar
+  (``Epoch 2/9 ━━╸ 16/32 0:00:01 • 0:00:02 12.34it/s train_loss: 0.512``, its metrics maybe
+  wrapped onto the next line; the supervisor's ``TTY_COMPATIBLE``/``TTY_INTERACTIVE`` make Rich
+  redraw into the log); torchtune's bar (``1|20|Loss: 11.90: 5%|...``: epoch|global step);
+  a dict after a short prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****``
+  table (``trainer.log_metrics``), at the last step seen, and so is an eval line without a
+  step (accelerate's ``epoch 0: perplexity: ... eval_loss: ...`` after a tqdm bar without a
+  loss; a line printed right after a bar's last redraw is read as its own line). Never a step
+  the output does not show.
 - ``progress``: lines matching the job's ``launch.progress`` regex (named groups among
   ``PROGRESS_GROUPS``), before the built-in formats. The pattern is the user's: it is only
   ever searched in a worker process, each line under a CPU budget
@@ -83,7 +89,15 @@ _TQDM = re.compile(
     r"^\s*(?:(?P<desc>[^|\[\]]{0,200}?):\s*)?"
     r"(?:\d{1,3}%\|[^|]{0,400}\|\s*(?P<n>\d+)/(?P<total>\d+)|(?P<count>\d+)[A-Za-z]{0,16})"
     r"\s*\[\d+:\d\d(?::\d\d)?(?:<[^,\]]{0,32})?,\s*[^,\]]{0,64}(?P<postfix>,[^\]]{0,2000})?\]\s*$")
-_LIGHTNING_DESC = re.compile(r"^\s*Epoch (\d+)\s*$")  # Lightning's training bar: 0-based epochs
+_LIGHTNING_DESC = re.compile(r"^\s*Epoch (\d+)(?:/\d+)?\s*$")  # Lightning's training bar: 0-based epochs
+# Lightning's RichProgressBar, one redraw: ``Epoch 1/4  ━━━━╸     16/32 0:00:01 • 0:00:02 12.34it/s
+# train_loss: 0.512``: description, bar, n/total (``1,000/--`` without a total), times, rate, metrics.
+_RICH = re.compile(
+    r"^\s*(?P<desc>[^━╸╺]{0,200}?)\s+[━╸╺\s]{0,400}?(?P<n>\d[\d,]{0,18})/(?P<total>\d[\d,]{0,18}|--)"
+    r"\s+(?:\d+:)?\d+:\d\d\s+•\s+(?:-:--:--|(?:\d+:)?\d+:\d\d)\s+[\d.]+\s*(?:it|s)/(?:s|it)\b(?P<postfix>.{0,2000})$")
+_RICH_MORE = re.compile(r"^\s{8,}(?:[A-Za-z_][\w./-]{0,63}: \S{1,64}\s*){1,32}$")  # its metrics wrapped on
+# torchtune's recipes: ``1|20|Loss: 11.90: 5%|▌  | 1/20 [...]``: epoch (1-based) | global step | loss.
+_TORCHTUNE = re.compile(r"^\s*(\d{1,9})\|(\d{1,15})\|Loss: (%s)" % r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _LIGHTNING_POSTFIX = re.compile(r"(?:^|,)\s*v_num=")
 _TABLE = re.compile(r"^\*{5} (\w{1,32}) metrics \*{5}\s*$")  # transformers' Trainer.log_metrics
 _TABLE_LINE = re.compile(r"^ {2}([A-Za-z_][\w./-]{0,63})\s*=\s*(\S{1,64})\s*$")
@@ -292,6 +306,7 @@ class LineParser:
         self.bar_at: Optional[float] = None  # when the last bar row went out
         self.bar_step: Any = -1  # step of the last bar row made (written or held)
         self.bar_eval: Optional[float] = None  # the eval loss a bar last showed
+        self.rich_base: Optional[Row] = None  # the step of the Rich bar just read: its metrics may wrap on
         self.recent: "OrderedDict[Any, float]" = OrderedDict()  # printed lines' (step, epoch, kind): read when
 
     def feed(self, text: str) -> List[Row]:
@@ -342,14 +357,28 @@ class LineParser:
             elif self.total is None or total == self.total:  # not an eval bar
                 self.step = self.last_step = n
         tqdm = _TQDM.match(segment) if bar or segment.rstrip().endswith("]") else None
+        rich = _RICH.match(segment) if not tqdm and len(segment) <= MAX_TEXT and "•" in segment else None
+        rich_base, self.rich_base = self.rich_base, None
         if groups is not None:
             row = progress_row(groups, self.clock())
             if row is not None:
-                return rows + self._limit(row, "bar" if tqdm else "line")
+                return rows + self._limit(row, "bar" if tqdm or rich else "line")
+        tune = _TORCHTUNE.match(segment)
+        if tune:
+            return rows + self._tune_rows(tune)
         if tqdm:
-            return rows + self._bar_rows(tqdm)
+            return rows + self._bar_rows(tqdm.group("desc") or "", int(tqdm.group("n") or tqdm.group("count")),
+                                         int(tqdm.group("total")) if tqdm.group("total") else None,
+                                         (tqdm.group("postfix") or "")[1:])
+        if rich:
+            total = rich.group("total").replace(",", "")
+            return rows + self._bar_rows(rich.group("desc"), int(rich.group("n").replace(",", "")),
+                                         int(total) if total.isdigit() else None, rich.group("postfix"), rich=True)
+        if rich_base is not None and _RICH_MORE.match(segment):  # the Rich bar's metrics, wrapped onto this line
+            return rows + self._metric_rows(rich_base, fields(segment))
         if bar:
-            return rows
+            close = segment.find("]", bar.end())  # a line printed right after the bar's last redraw
+            return rows + (self._segment(segment[close + 1:], None) if 0 < close < len(segment) - 1 else [])
         if segment.lstrip().startswith("{"):
             logs = parse_dict(segment)
             if logs is None:
@@ -363,47 +392,68 @@ class LineParser:
         row = prefixed_dict_row(segment, self.clock()) if "{" in segment else None
         if row is None:
             row = text_row(segment, self.clock())
+        if row and "step" not in row and "loss" not in row and self.last_step is not None:
+            row["step"] = self.last_step  # an eval line without a step (``epoch 2: ... eval_loss``): the bar's
         return rows + (self._limit(row, "line") if row else [])
 
-    def _bar_rows(self, m: "re.Match[str]") -> List[Row]:
-        """Rows from a tqdm bar whose description or postfix holds a loss. The step: one the
-        text names, else for Lightning's training bar (``Epoch E`` and ``v_num=`` in the postfix)
-        the batches done over the epochs (E * total + n), else the bar's n (total: its total).
-        An eval loss in the postfix is an eval row when it changes (Lightning shows it after
-        each validation)."""
-        desc, postfix = m.group("desc") or "", (m.group("postfix") or "")[1:]
+    def _bar_rows(self, desc: str, n: int, total: Optional[int], postfix: str, rich: bool = False) -> List[Row]:
+        """Rows from a tqdm (or Rich) bar whose description or postfix holds a loss. The step:
+        one the text names, else for Lightning's training bar (``Epoch E`` and ``v_num=`` in
+        tqdm's postfix; ``Epoch E/L`` on Rich's) the batches done over the epochs (E * total +
+        n), else the bar's n (total: its total). An eval loss in the postfix is an eval row when
+        it changes (Lightning shows it after each validation)."""
         if "loss" not in desc.lower() and "loss" not in postfix.lower():
+            if rich and _LIGHTNING_DESC.match(desc):  # its metrics may come on the next line
+                self.rich_base = self._bar_base(desc, n, total, {}, True)
             return []
         found = fields(desc + " , " + postfix)
         if "loss" not in found and "eval_loss" not in found:
             return []
-        n = int(m.group("n") or m.group("count"))
-        total = int(m.group("total")) if m.group("total") else None
+        base = self._bar_base(desc, n, total, found, rich or bool(_LIGHTNING_POSTFIX.search(postfix)))
+        if rich:
+            self.rich_base = base
+        return self._metric_rows(base, found)
+
+    def _bar_base(self, desc: str, n: int, total: Optional[int], found: Fields, lightning: bool) -> Row:
+        """The step, total and epoch a bar gives (see ``_bar_rows``)."""
         step, total_steps = _line_step(found)
         epoch = _LIGHTNING_DESC.match(desc)
-        if step is None and epoch and _LIGHTNING_POSTFIX.search(postfix):
+        if step is None and epoch and lightning:
             e = int(epoch.group(1))
             step = e * total + n if total else (n if e == 0 else None)
         elif step is None:
             step, total_steps = n, total
-        now = self.clock()
-        base: Row = {"time": now}
+        base: Row = {}
         if step is not None:
             base["step"] = step
         if total_steps:
             base["total_steps"] = total_steps
         if "epoch" in found:
             base["epoch"] = found["epoch"][0]
+        return base
+
+    def _metric_rows(self, base: Row, found: Fields) -> List[Row]:
+        """A bar's rows at ``base``: an eval row when its eval loss changed, a training row once
+        per step (thinned as a bar)."""
+        base = dict(base, time=self.clock())
         rows: List[Row] = []
         if "eval_loss" in found and found["eval_loss"][0] != self.bar_eval:
             self.bar_eval = found["eval_loss"][0]
             rows.append(dict(base, eval_loss=self.bar_eval, source="log"))
-        if "loss" in found and step != self.bar_step:
-            self.bar_step = step
+        if "loss" in found and base.get("step") != self.bar_step:
+            self.bar_step = base.get("step")
             row = dict(base, source="log")
             row.update((k, found[k][0]) for k in ("loss", "lr", "tokens_per_s", "grad_norm") if k in found)
             rows += self._limit(row, "bar")
         return rows
+
+    def _tune_rows(self, m: "re.Match[str]") -> List[Row]:
+        """torchtune's bar: its description ``epoch|global step|Loss: x`` (epochs from 1)."""
+        loss = number(m.group(3))
+        if loss is None:
+            return []
+        found: Fields = {"loss": (loss, None)}
+        return self._metric_rows({"step": int(m.group(2)), "epoch": float(m.group(1))}, found)
 
     def _limit(self, row: Row, kind: str) -> List[Row]:
         """``row`` now, or held back as the newest (written by ``flush`` once due, or dropped

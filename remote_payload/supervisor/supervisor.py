@@ -81,6 +81,10 @@ from remote_payload.supervisor import (  # noqa: E402
 from remote_payload.supervisor.direct import direct_env, free_port  # noqa: E402
 
 WARNED_BEFORE_START = 143  # the step's exit code when Slurm's time-limit warning came before it started
+# Rich (Lightning's default bar when rich is installed) draws nothing but the end into a file;
+# with these set, as a terminal would be, its bar redraws like tqdm's and metricswatch reads it.
+# A job's env (or the server's) naming any of them is left as it is.
+RICH_TTY_KEYS = ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR")
 RECORD_DELAY_S = 1.0  # the environment record begins this long after the job, or once its state is written
 TRAINER_MODULES = ("torch", "transformers", "peft", "safetensors", "pydantic", "numpy")
 TRAINER_NEEDS = ("the built-in trainer needs %s on this host's python: add to the job's setup: "
@@ -251,6 +255,8 @@ class Supervisor:
                                           int(self.status["attempt"]))
         env.update(self.node.get("env", {}))
         env["PYTHONUNBUFFERED"] = "1"
+        if settings.metrics_from_log(env) and not any(k in env for k in RICH_TTY_KEYS):
+            env.update(TTY_COMPATIBLE="1", TTY_INTERACTIVE="1")  # Rich's bars redraw into the log: docs/own-script.md
         env[settings.JOB_ID] = self.job["job_id"]
         env[settings.JOB_DIR] = self.job_dir
         env[settings.METRICS] = os.path.join(self.job_dir, "metrics.jsonl")  # docs/own-script.md

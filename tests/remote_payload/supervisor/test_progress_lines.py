@@ -155,7 +155,7 @@ def test_printed_dicts() -> None:
            "epoch 1 step 300: {\"loss\": 0.5, \"val_loss\": 0.6}\n")
     rows = parse(log)
     assert picked(rows, "step", "epoch", "loss", "eval_loss", "lr", "accuracy") == [
-        (100, 0, 0.8125, None, 5e-05, None), (None, 0, None, 0.7, None, 0.61), (300, 1, 0.5, 0.6, None, None)]
+        (100, 0, 0.8125, None, 5e-05, None), (100, 0, None, 0.7, None, 0.61), (300, 1, 0.5, 0.6, None, None)]
     assert [r["source"] for r in rows] == ["hf-log", "log", "log"]
 
 
@@ -337,3 +337,71 @@ def test_a_catastrophic_pattern_is_switched_off_once_and_the_built_in_formats_go
     assert said[0].startswith("launch.progress is switched off for this job: it took more than 1 s of CPU on a "
                               "line of 40 characters; only the built-in formats are read from now on")
     assert watcher.helper_pids() == set()
+
+
+# Lightning 2.6's RichProgressBar (rich 15) as the supervisor's TTY_COMPATIBLE=1 TTY_INTERACTIVE=1
+# make it write to the node log: a redraw per batch after ``\r`` and erase escapes, its metrics
+# wrapped onto a second line at 80 columns (captured from a 2-epoch, 3-batch run with validation).
+RICH_LIGHTNING = (
+    '\r'
+    '\x1b[2KEpoch 0/1                                       0/3 \x1b[2m0:00:00 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m \r'
+    '\x1b[2KEpoch 0/1  ━━━━━━╸              1/3 \x1b[2m0:00:00 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m \x1b[3mtrain_loss: 2.924\x1b[0m\r'
+    '\x1b[2KEpoch 0/1  ━━━━━━━━━━━━━━━━━━ 3/3 \x1b[2m0:00:00 • 0:00:00\x1b[0m \x1b[2;4m522.19it/s\x1b[0m \x1b[3mtrain_loss: 0.485\x1b[0m\r'
+    '\x1b[2KEpoch 0/1  ━━━━━━━━━━━━━━━━━ 3/3 \x1b[2m0:00:00 • 0:00:00\x1b[0m \x1b[2;4m522.19it/s \x1b[0m \x1b[3mtrain_loss: 0.485\x1b[0m\n'
+    'Validation ━━━━━━━━━━━       2/3 \x1b[2m0:00:00 • 0:00:01\x1b[0m \x1b[2;4m1591.01it/s\x1b[0m                  \r'
+    '\x1b[2K\x1b[1A\x1b[2KEpoch 1/1                     0/3 \x1b[2m0:00:00 • 0:00:00\x1b[0m \x1b[2;4m0.00it/s\x1b[0m \x1b[3mtrain_loss: 0.485  \x1b[0m\n'
+    '                                                             \x1b[3mval_loss: 1.041    \x1b[0m\r'
+    '\x1b[2K\x1b[1A\x1b[2KEpoch 1/1  ━━━━━━             1/3 \x1b[2m0:00:00 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m \x1b[3mtrain_loss: 2.151  \x1b[0m\n'
+    '                                                             \x1b[3mval_loss: 1.041    \x1b[0m\r'
+    '\x1b[2K\x1b[1A\x1b[2KEpoch 1/1  ━━━━━━━━━━━━━━━━━ 3/3 \x1b[2m0:00:00 • 0:00:00\x1b[0m \x1b[2;4m124.71it/s\x1b[0m \x1b[3mtrain_loss: 0.488 \x1b[0m\n'
+    '                                                              \x1b[3mval_loss: 1.041   \x1b[0m`Trainer.fit` stopped: `max_epochs=2` reached.\n'
+    '\r'
+    '\x1b[2K\x1b[1A\x1b[2KEpoch 1/1  ━━━━━━━━━━━━━━━━━ 3/3 \x1b[2m0:00:00 • 0:00:00\x1b[0m \x1b[2;4m124.71it/s\x1b[0m \x1b[3mtrain_loss: 0.488 \x1b[0m\n'
+    '                                                              \x1b[3mval_loss: 0.924   \x1b[0m\n'
+    '\x1b[?25h'
+)
+
+
+def by_redraw(text: str) -> list[dict]:
+    """Rows from ``text`` fed a redraw at a time, BAR_ROW_S apart (a bar is thinned to a row per that)."""
+    now = [0.0]
+    parser = scrape.LineParser(clock=lambda: now[0])
+    rows = []
+    for piece in text.split("\r"):
+        rows += parser.feed(piece + "\r")
+        now[0] += scrape.BAR_ROW_S
+    return rows + parser.feed("\n") + parser.flush()
+
+
+def test_lightning_rich_bar() -> None:
+    rows = by_redraw(RICH_LIGHTNING)
+    assert picked([r for r in rows if "loss" in r], "step", "loss") == [(1, 2.924), (3, 0.485), (4, 2.151),
+                                                                         (6, 0.488)]
+    assert picked([r for r in rows if "eval_loss" in r], "step", "eval_loss") == [(3, 1.041), (6, 0.924)]
+    assert not any("total_steps" in r for r in rows)
+    # without those variables a file gets only the last redraw, once the bar stops
+    end = "Epoch 1/1  " + "\u2501" * 17 + " 3/3 0:00:00 \u2022 0:00:00 124.12it/s train_loss: 0.488 \n" + " " * 62 + "val_loss: 0.924   \n"
+    assert picked(parse(end), "step", "loss", "eval_loss") == [(6, 0.488, None), (6, None, 0.924)]
+
+
+def test_torchtune_bar() -> None:
+    """torchtune's recipes set the bar's description to ``epoch|global step|Loss: x``
+    (recipes/lora_finetune_single_device.py: ``f"{curr_epoch + 1}|{self.global_step}|Loss: {loss_to_log}"``)."""
+    log = ("\r  0%|          | 0/20 [00:00<?, ?it/s]"
+           "\r1|1|Loss: 11.904563903808594:   5%|\u258c         | 1/20 [00:01<00:19,  1.00s/it]"
+           "\r1|2|Loss: 11.5:  10%|\u2588         | 2/20 [00:02<00:18,  1.00s/it]"
+           "\r2|21|Loss: 9.25:   5%|\u258c         | 1/20 [00:01<00:19,  1.00s/it]\n")
+    assert picked(by_redraw(log), "step", "epoch", "loss") == [(1, 1, 11.904563903808594), (2, 1, 11.5), (21, 2, 9.25)]
+    assert picked(parse(log, 7), "step") == [(1,), (21,)]  # redrawn faster than BAR_ROW_S: the newest kept
+
+
+def test_accelerate_no_trainer_eval_lines_take_the_bar_step() -> None:
+    """accelerate's examples (run_clm_no_trainer.py): a tqdm bar without a loss, and
+    ``logger.info(f"epoch {epoch}: perplexity: {perplexity} eval_loss: {eval_loss}")`` right
+    after its last redraw: an eval row at the bar's step."""
+    log = ("\r  0%|          | 0/20 [00:00<?, ?it/s]\r  5%|\u258c         | 1/20 [00:00<00:05,  3.50it/s]"
+           "\r 50%|\u2588\u2588\u2588\u2588\u2588     | 10/20 [00:02<00:02,  3.50it/s]"
+           "12/05/2026 12:00:00 - INFO - __main__ - epoch 0: perplexity: 1234.56 eval_loss: 7.118\n"
+           "\r100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| 20/20 [00:05<00:00,  3.50it/s]"
+           "12/05/2026 12:00:05 - INFO - __main__ - epoch 1: perplexity: 900.1 eval_loss: 6.8025\n")
+    assert picked(parse(log, 11), "step", "epoch", "eval_loss") == [(10, 0, 7.118), (20, 1, 6.8025)]

@@ -4,6 +4,7 @@
 ``SpecError`` (exit 2) naming ``file:line:col`` of the field when
 
 - ``workspace.path`` does not exist or is not a folder (the message shows the resolved path);
+- an item of ``workspace.exclude`` or ``outputs`` is not a gitignore pattern (``globs/read.py``);
 - ``train.precision`` is one that remote_payload/contract/precision.py refuses with ``train.strategy``
   (fsdp with fp16): the same rules the trainer applies on the server, found before the sync;
 - ``launch.command`` runs a file of the workspace that will not be synced: the script of
@@ -51,10 +52,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
-
 from orchestrator.checks.progress import progress_problems
 from orchestrator.errors import SpecError
+from orchestrator.globs.match import Patterns
+from orchestrator.globs.read import PatternError, read
 from orchestrator.spec import commandform
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.sync import excluded
@@ -115,7 +116,7 @@ def laptop_checks(loaded: LoadedSpec) -> None:
 def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]:
     """``laptop_checks`` (raising the same errors), then the warnings (``file:line:col: field: ...``).
     ``chosen``: the workspace's selection when the caller walks it too (``orch submit``)."""
-    refused = precision_problems(loaded)
+    refused = precision_problems(loaded) + pattern_problems(loaded)
     if refused:
         raise SpecError("\n".join(refused))
     root = loaded.workspace_dir
@@ -169,6 +170,19 @@ def _at(loaded: LoadedSpec, index: int) -> str:
     """``file:line:col`` of argv item ``index`` (a list command), else of ``launch.command``."""
     key = ("launch", "command", index)
     return loaded.locate(key if key in loaded.marks else ("launch", "command"))
+
+
+def pattern_problems(loaded: LoadedSpec) -> list[str]:
+    """``file:line:col: workspace.exclude[i]: why`` (and ``outputs[i]``) for each item that is
+    not a gitignore pattern (``globs/read.py``: a lone trailing backslash, a backwards range)."""
+    out = []
+    for field, items in (("workspace.exclude", loaded.spec.workspace.exclude), ("outputs", loaded.spec.outputs)):
+        for i, item in enumerate(items):
+            try:
+                read(item)
+            except PatternError as exc:
+                out.append(f"{loaded.locate((*field.split('.'), i))}: {field}[{i}]: {exc}")
+    return out
 
 
 def precision_problems(loaded: LoadedSpec) -> list[str]:
@@ -375,7 +389,7 @@ def outputs_warnings(loaded: LoadedSpec, args: list[PathArg]) -> list[str]:
     """What ``orch fetch`` would miss of a ``launch.command`` job: an output option's relative
     path that ``outputs:`` does not select, or, without one, ``outputs:`` left unwritten."""
     outputs = list(loaded.spec.outputs)
-    select = pathspec.GitIgnoreSpec.from_lines(outputs)
+    select = Patterns(outputs)
     shown = ", ".join(outputs) or "nothing"
     out = []
     for arg in args:
@@ -383,7 +397,7 @@ def outputs_warnings(loaded: LoadedSpec, args: list[PathArg]) -> list[str]:
             continue
         rel = posixpath.normpath(arg.value)
         folder = rel.rstrip("/") + "/"
-        if select.match_file(rel) or select.match_file(folder + "x"):
+        if select.match(rel) or select.match(folder + "x"):
             continue
         wanted = folder if not posixpath.splitext(rel)[1] else rel
         out.append(f"{_at(loaded, arg.index)}: outputs: the job writes {arg.value} ({arg.option}) in its working "

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import pathspec
-
 from orchestrator.access.connect import open_transport
-from orchestrator.errors import LocalFileError, RemoteError
+from orchestrator.errors import LocalFileError, RemoteError, UsageError
 from orchestrator.fetch import links as fetch_links
 from orchestrator.fetch.manifest import CODE_PREFIX, Entry, safe_entries, safe_links
 from orchestrator.fetch.verified import CheckpointFolders, FetchState
+from orchestrator.globs.match import Patterns
+from orchestrator.globs.read import PatternError
 from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import nodes_of
@@ -114,7 +114,10 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     if not (isinstance(outputs, list) and all(isinstance(p, str) for p in outputs)):
         outputs = DEFAULT_OUTPUTS
     summary.patterns = ["*"] if everything else list(dict.fromkeys([*outputs, *extra]))
-    spec = pathspec.GitIgnoreSpec.from_lines(summary.patterns)
+    try:  # matched in time linear in a name's length: the names come from the server
+        spec = Patterns(summary.patterns)
+    except PatternError as exc:
+        raise UsageError(f"{host.name}: the fetch's patterns ({', '.join(summary.patterns)}): {exc}") from None
     running = manifest.get("state") not in ("succeeded", "failed", "cancelled")
     summary.ended = summary.ended and not running
     summary.states.append(str(manifest.get("state")))
@@ -123,7 +126,7 @@ def _fetch_node(remote: Remote, job_id: str, dest: Path, summary: FetchSummary, 
     for entry in entries:
         if entry.local in taken:
             continue
-        if not spec.match_file(entry.local):
+        if not spec.match(entry.local):
             summary.unselected.append(entry)
             if state.known(entry.local, dest / entry.local, entry.size, entry.sha256):
                 summary.here.add(entry.local)

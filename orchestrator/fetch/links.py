@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pathspec
-
 from orchestrator.fetch.manifest import Entry, Link, copies, inside
+from orchestrator.globs.match import Patterns
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,7 @@ class LinkSeen:
     files: int = 0
 
 
-def select(links: list[Link], entries: list[Entry], spec: pathspec.GitIgnoreSpec, dest: Path, taken: set[str],
+def select(links: list[Link], entries: list[Entry], spec: Patterns, dest: Path, taken: set[str],
            seen: list[LinkSeen], follow: bool) -> list[Entry]:
     """Add each link ``spec`` selects (once across nodes) to ``seen``; with ``follow``, the
     entries of a copy of each target inside the job folder (names not ``taken`` yet, inside
@@ -37,7 +36,7 @@ def select(links: list[Link], entries: list[Entry], spec: pathspec.GitIgnoreSpec
     known = {s.link.local for s in seen}
     out: list[Entry] = []
     for link in links:
-        if link.local in known or not (spec.match_file(link.local) or spec.match_file(link.local + "/")):
+        if link.local in known or not (spec.match(link.local) or spec.match(link.local + "/")):
             continue
         known.add(link.local)
         copy = [e for e in copies(link, entries) if e.local not in taken and inside(dest, e.local)] if follow else []

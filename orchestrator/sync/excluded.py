@@ -7,7 +7,7 @@
   bounded time and the totals read "at least" (``complete`` false).
 - ``why``: why one path is not synced (the deciding rule, or the excluded folder above it),
   with the ``.orchignore`` lines that bring it back (``fix``). Each fix is tried against the
-  real rules (the same pathspec matching as the sync) before it is offered: a folder left out
+  real rules (the same matching as the sync, ``orchestrator/globs/``) before it is offered: a folder left out
   must come back before anything under it can (``!/data/``), and a line of ``.orchignore``
   cannot undo ``workspace.exclude``, read after it (the advice is then to take the pattern out
   of ``workspace.exclude``).

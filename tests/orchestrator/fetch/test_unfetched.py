@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import shlex
 
-import pathspec
-
 from orchestrator.fetch.manifest import Entry
 from orchestrator.fetch.unfetched import Unfetched, lines, pattern_for, size_text, unfetched
+from orchestrator.globs.match import Patterns
 from tests.support.orch import Orch, write_job
 
 SCRIPT = """\
@@ -70,9 +69,9 @@ def test_the_named_items_are_the_jobs_own_biggest_first_with_patterns_that_match
                      Unfetched("res/only.json", 1, 50, "res/only.json"), Unfetched("#odd", 1, 20, "\\#odd"),
                      Unfetched("w*[1].bin", 1, 10, "w\\*\\[1\\].bin")]
     for item in items:
-        spec = pathspec.GitIgnoreSpec.from_lines([item.pattern])
-        assert spec.match_file(item.name.rstrip("/") + ("/x" if item.name.endswith("/") else ""))
-    assert not pathspec.GitIgnoreSpec.from_lines([pattern_for("w*[1].bin")]).match_file("wx1.bin")
+        spec = Patterns([item.pattern])  # the matcher orch fetch uses
+        assert spec.match(item.name.rstrip("/") + ("/x" if item.name.endswith("/") else ""))
+    assert not Patterns([pattern_for("w*[1].bin")]).match("wx1.bin")
     assert unfetched(named, here={"model.pth"})[1].name == "res/only.json"  # fetched earlier: not named
     assert unfetched([]) == [] and lines([], "j") == []
 

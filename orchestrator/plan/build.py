@@ -278,7 +278,9 @@ def build_plan(spec: JobSpec, spec_text: str, workspace_dir: str, project: str, 
                                  job_id)
         nodes.append(NodePlan(host=host.name, node_rank=rank, nproc=nproc, root=fact.root, job_dir=job_dir, argv=argv,
                               direct=direct, plain=is_plain(spec, direct), launcher=cmd.launcher if cmd else None,
-                              env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name}))
+                              env={"ORCH_NODE_RANK": str(rank), "ORCH_HOST": host.name,
+                                   **launchers.cpu_env(cmd, nproc * len(hosts), visible_gpus(spec, fact), job_env(spec),
+                                                       hidden=inner is not None)}))
     plan = _finish(spec, spec_text, workspace_dir, project, hosts, facts[0].root, job_id, nodes, None)
     return plan.model_copy(update={"rdzv_endpoint": endpoint})
 

@@ -62,8 +62,12 @@ OWNED = {
                   "exclude", "no_ssh", "launcher", "launcher_args", "force_multi", "ssh_port"},
 }
 # accelerate starts several processes only in one of these modes; with none, orch adds --multi_gpu
-# (under torchrun; on a machine without GPUs accelerate then runs them on the CPU with gloo).
+# (accelerate's torchrun launcher; ``cpu_env`` keeps them on the CPU where that is what is asked for).
 ACCELERATE_MODES = {"multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu", "config_file"}
+# accelerate's own switch to the CPU (what its --cpu sets for its one process): Accelerator() and
+# Hugging Face's TrainingArguments (transformers 5) read it, and then put the ranks torchrun
+# started in one gloo world (MULTI_CPU) instead of each training alone (accelerate 1.16's state.py).
+CPU_ENV = "ACCELERATE_USE_CPU"
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,24 @@ def _accelerate(cmd: Command, top: Topology) -> tuple[list[str], frozenset[str]]
     return flags, frozenset()
 
 
+def cpu_env(cmd: Command | None, processes: int, gpus: int, own: dict[str, str],
+            hidden: bool = False) -> dict[str, str]:
+    """``{CPU_ENV: "true"}`` for a node whose several processes must run on the CPU: the
+    command's ``accelerate launch --cpu`` with more than one process (orch runs ``--multi_gpu``
+    in its place: ``--cpu`` alone starts one), or a node without GPUs (``gpus`` 0: none that
+    nvidia-smi lists, or none the job's ``CUDA_VISIBLE_DEVICES`` leaves) running more than one
+    process (``processes``, all nodes together) or a launcher hidden in a script (``hidden``: its
+    count is its own). Without it, accelerate and Hugging Face's Trainer on such a node leave
+    each rank alone (world size 1). Empty when the job's env (``own``) sets the variable itself,
+    and for one process."""
+    if CPU_ENV in own:
+        return {}
+    asked = cmd is not None and cmd.launcher == "accelerate" and cmd.get("cpu") is not None
+    if (asked and processes > 1) or (gpus == 0 and (processes > 1 or hidden)):
+        return {CPU_ENV: "true"}
+    return {}
+
+
 def _deepspeed(top: Topology) -> list[str]:
     flags = ["--num_gpus", str(top.nproc)]
     if top.nnodes == 1:
@@ -332,8 +354,7 @@ def notes(cmd: Command, nproc_in_spec: int | str, nnodes: int) -> list[str]:
                    "accept it; --use-env passes it in LOCAL_RANK only): orch runs that module as written")
     if cmd.launcher == "accelerate" and "cpu" in names:
         out.append("accelerate's --cpu starts one process whatever --num_processes says; for more than one, orch "
-                   "runs --multi_gpu in its place (on a machine without GPUs accelerate runs them on the CPU with "
-                   "gloo; Accelerator(cpu=True) in the script keeps them there)")
+                   f"runs --multi_gpu in its place with {CPU_ENV}=true, so they are one world on the CPU (gloo)")
     return out
 
 

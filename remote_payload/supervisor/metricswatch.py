@@ -13,6 +13,12 @@ worker process (``contract/userpattern.py``), each line under ``LINE_BUDGET_S`` 
 pattern that blows it is switched off for the rest of the attempt, said once in the log and
 handed to ``note`` (the supervisor shows it in status.json's ``reason``). The worker's pid is
 never the job's (``helper_pids``).
+
+One row per step: a row read from the log whose step, epoch and kind (train or eval) a row of
+this attempt already had is not written again (``Once``) — processes that each print the same
+line (Hugging Face's Trainer in ranks that each train alone, a script printing on every rank)
+give the first one's row, however far apart they print it. A step-less row is left to the
+parser's own repeat rule (scrape.py, ``SAME_S``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import os
 import re
 import time
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional
 
 from remote_payload.contract import settings
@@ -31,6 +38,27 @@ from remote_payload.supervisor import scrape
 FINAL_READ_BYTES = 64 << 20  # at most this much of a log is read after the job ended
 STOP_WAIT_S = 60.0  # the supervisor waits at most this long for the last pass
 MAX_JOB_JSON = 16 << 20
+MAX_STEPS_KEPT = 1 << 16  # the steps ``Once`` remembers (oldest forgotten first)
+
+
+class Once:
+    """Pure: whether a row read from the log is the first with its step, epoch and kind."""
+
+    def __init__(self, limit: int = MAX_STEPS_KEPT) -> None:
+        self.limit = limit
+        self.seen: "OrderedDict[tuple, None]" = OrderedDict()
+
+    def first(self, row: Dict[str, Any]) -> bool:
+        step = row.get("step")
+        if not isinstance(step, int):
+            return True
+        key = (step, row.get("epoch"), "loss" in row, "eval_loss" in row)
+        if key in self.seen:
+            return False
+        self.seen[key] = None
+        if len(self.seen) > self.limit:
+            self.seen.popitem(last=False)
+        return True
 
 
 class MetricsFile:
@@ -85,6 +113,7 @@ class Watcher:
         self.parser = scrape.LineParser(progress=progress)
         self.out = MetricsFile(os.path.join(job_dir, "metrics.jsonl"), say)
         self.last_train = self.last_eval = -1.0
+        self.once = Once()
         self.state_seen: Optional[tuple] = None
         self.next_scan = time.time() + scrape.STATE_SCAN_S
         self.duty = Duty("metrics from the log", scrape.POLL_S, self.poll, say, last=self.drain)
@@ -122,7 +151,9 @@ class Watcher:
         self.say(text)
         self.note(text)
 
-    def _write(self, rows: List[Dict[str, Any]]) -> None:
+    def _write(self, rows: List[Dict[str, Any]], read: bool = True) -> None:
+        """Append ``rows`` (``read``: from the log, each step once: ``Once``)."""
+        rows = [row for row in rows if not read or self.once.first(row)]
         for row in rows:
             if self.attempt is not None:
                 row["attempt"] = self.attempt
@@ -168,7 +199,7 @@ class Watcher:
             rows, total = scrape.state_rows(state, self.last_train, self.last_eval, time.time())
             if total and not self.parser.total:
                 self.parser.total = total
-            self._write(rows)
+            self._write(rows, read=False)
 
     def poll(self) -> None:
         """One period of the duty: the new lines of the log (a bounded read), the rows pending

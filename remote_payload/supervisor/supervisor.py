@@ -109,6 +109,7 @@ class Supervisor:
         self.recorder: Optional[repro.Recorder] = None
         self.watcher: Any = None  # the metrics watch (metricswatch.watch): its pattern worker is not the job's
         self.progress_note: Optional[str] = None  # launch.progress switched off: the reason status shows
+        self.alone_note: Optional[str] = None  # ranks that each trained alone (joinwatch): in the end's reason
         self.manifests: Optional[ManifestCache] = None
         self.manifest_written: Optional[tuple] = None  # (inode, size, mtime) of the manifest.json finish() wrote
         self.reserve = Reserve(job_dir)
@@ -186,11 +187,18 @@ class Supervisor:
         if self.status.get("reason") is None and self.status["state"] not in TERMINAL:
             self.update(reason=text)
 
+    def note_alone(self, text: str) -> None:
+        """Several ranks each trained alone (``joinwatch``, once): status.json's reason while the
+        job runs, and added to the reason its end gives."""
+        self.alone_note = text
+        if self.status["state"] not in TERMINAL:
+            self.update(reason=text)
+
     def note_ranks(self, text: Optional[str]) -> None:
         """The join watch's reason (``joinwatch``: ranks of a process group never joined) as
         status.json's reason while the job runs; None takes it back."""
         if self.status["state"] not in TERMINAL:
-            self.update(reason=text or self.progress_note)
+            self.update(reason=text or self.alone_note or self.progress_note)
 
     def stop_for_budget(self, reason: str) -> None:
         """``max_cost`` is reached (the ``budget`` duty, once): say it, record it, and cancel the
@@ -373,12 +381,17 @@ class Supervisor:
             if ended != (state, reason):  # the manifest met the full disk
                 state, reason = ended
                 self.say("job %s: %s" % (state, reason))
-            self.update(final=True, state=state, exit_code=exit_code, reason=reason or self.progress_note,
+            self.update(final=True, state=state, exit_code=exit_code, reason=self.end_reason(reason),
                         ended=time.time())
         self.heartbeat.stop()
         if self.budget is not None:
             self.budget.duty.stop()
         self.reserve.release()
+
+    def end_reason(self, reason: Optional[str]) -> Optional[str]:
+        """The end's reason with the ranks-alone note added; without either, the progress note."""
+        said = [r for r in (reason, self.alone_note) if r]
+        return "; ".join(said) if said else self.progress_note
 
     def _disk_full(self, state: str, reason: Optional[str]) -> "tuple[str, Optional[str]]":
         """``(state, reason)``, or ``failed`` with ``disk full: PATH: ...`` added when a write of
@@ -435,7 +448,9 @@ class Supervisor:
             self.say("starting: %s" % shlex.join(argv))
             watcher = self.watcher = metricswatch.watch(self.job_dir, self.node_rank, self.say, env,
                                                         self.note_progress_off)  # rows from the job's log lines
-            joins = joinwatch.watch(self.job_dir, self.node_rank, self.say, self.note_ranks)  # ranks never joined
+            several = int(self.node.get("nproc", 1)) > 1 or bool(self.node.get("plain"))
+            joins = joinwatch.watch(self.job_dir, self.node_rank, self.say, self.note_ranks, several,
+                                    self.note_alone)  # ranks never joined, or each alone
             self.stepping = True
             code = self.run_step(list(argv), env, started=self.start_background, cwd=self.workdir(env))
             joins.stop()

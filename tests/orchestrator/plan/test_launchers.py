@@ -105,3 +105,23 @@ def test_an_accelerate_config_counts_only_when_nothing_else_does() -> None:
     fixed = spec.model_copy(update={"launch": spec.launch.model_copy(update={"nproc_per_node": 3})})
     assert launchers.with_config(fixed, {"num_processes": 4}) is fixed
     assert launchers.with_config(spec, {"num_processes": "many"}) is spec
+
+
+def test_several_processes_without_gpus_or_accelerates_cpu_get_accelerates_cpu_switch() -> None:
+    """ACCELERATE_USE_CPU=true where several processes must share the CPU (issue 39 item 5):
+    a node without GPUs running more than one, or accelerate's --cpu for more than one on any
+    node; never for one process, nor over the job's own setting."""
+    def cpu(command: str, gpus: int, env: dict[str, str] | None = None, **launch: object) -> dict[str, str]:
+        spec = JobSpec.model_validate({"name": "j", "hosts": ["h0"], "env": env or {},
+                                       "launch": {"command": command, **launch}})
+        p = build_plan(spec, "text", ".", "proj", [Host(name="h0", address="10.0.0.1")],
+                       [HostFacts(python=PY, root="/r", gpus=gpus)], "j-1")
+        return {k: v for k, v in p.nodes[0].env.items() if k == launchers.CPU_ENV}
+    on = {launchers.CPU_ENV: "true"}
+    assert cpu("accelerate launch --num_processes 2 a.py", 0) == on
+    assert cpu("torchrun --nproc_per_node 2 t.py", 0) == on
+    assert cpu("accelerate launch --cpu --num_processes 2 a.py", 4) == on
+    assert cpu("accelerate launch --num_processes 2 a.py", 4) == {}
+    assert cpu("torchrun --nproc_per_node 2 t.py", 2, {"CUDA_VISIBLE_DEVICES": ""}) == on
+    assert cpu("python t.py", 0) == {} and cpu("accelerate launch --cpu a.py", 0) == {}
+    assert cpu("torchrun --nproc_per_node 2 t.py", 0, {launchers.CPU_ENV: "false"}) == {}

@@ -72,3 +72,32 @@ def test_the_watch_reads_whole_lines_and_says_each_change_once(tmp_path: Path) -
         f.write(b"Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\n")
     watch.poll()
     assert notes[-1] is None and said[-1] == "the job went on: no longer waiting for ranks: 1 of 2 joined"
+
+
+def test_ranks_that_each_said_world_size_one_are_named_once_two_did() -> None:
+    """Hugging Face's warning (or accelerate's printed ``Num processes: 1``) from two ranks of a
+    job is the alone reason; one rank saying it, or orch's own line, is not."""
+    hf = "torch.distributed process group is initialized, but parallel_mode != ParallelMode.DISTRIBUTED. In order"
+    assert fed((0.0, hf)).alone_reason() is None
+    assert fed((0.0, "[orch] " + hf), (1.0, hf)).alone_reason() is None
+    reason = fed((0.0, hf), (1.0, "step 1"), (2.0, hf)).alone_reason()
+    assert reason is not None and reason.startswith(
+        "2 processes each trained alone (world size 1): Hugging Face's 'parallel_mode != "
+        "ParallelMode.DISTRIBUTED' was printed 2 times")
+    state = fed(*[(float(i), line) for i, line in enumerate(["Distributed environment: NO", "Num processes: 1",
+                                                              "Process index: 0"] * 3)])
+    assert (state.alone_reason() or "").startswith("3 processes each trained alone (world size 1): accelerate's "
+                                                   "'Num processes: 1' was printed 3 times")
+    assert fed((0.0, "Num processes: 12"), (1.0, "Num processes: 12")).alone_reason() is None
+
+
+def test_the_last_read_after_the_job_ended_names_ranks_alone_only_for_several(tmp_path: Path) -> None:
+    hf = "parallel_mode != ParallelMode.DISTRIBUTED"
+    for several, expected in ((True, 1), (False, 0)):
+        log = tmp_path / f"node{int(several)}.log"
+        log.write_text("")
+        notes: list[str] = []
+        watch = JoinWatch(str(log), lambda _: None, lambda _: None, several=several, alone_note=notes.append)
+        log.write_text(f"{hf}\n{hf}")  # the last line unended, as a killed job leaves it
+        watch.last()
+        assert len(notes) == expected and all(n.startswith("2 processes each trained alone") for n in notes)

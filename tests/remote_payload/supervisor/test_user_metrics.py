@@ -227,3 +227,16 @@ def test_the_built_in_trainer_is_never_watched(tmp_path: Path) -> None:
     watcher = metricswatch.watch(str(tmp_path), 0, print, {})
     watcher.stop()
     assert isinstance(watcher, metricswatch.Watcher) and not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_the_same_step_read_again_from_another_rank_is_no_second_row(tmp_path: Path) -> None:
+    """Two processes printing the same Hugging Face lines, however far apart: each step (and
+    kind) once in metrics.jsonl; step-less rows and a new step go on."""
+    watcher = metricswatch.Watcher(str(tmp_path), 0, lambda _: None)
+    one = [{"step": 2, "loss": 5.8, "epoch": 0.3, "source": "hf-log"},
+           {"step": 2, "eval_loss": 5.5, "epoch": 0.3, "source": "hf-log"}]
+    watcher._write([dict(r) for r in one])
+    watcher._write([dict(r) for r in one] + [{"epoch": 1.0, "loss": 1.0, "source": "log"},
+                                             {"step": 4, "loss": 5.6, "epoch": 0.6, "source": "hf-log"}])
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r.get("step"), "loss" in r) for r in rows] == [(2, True), (2, False), (None, True), (4, True)]

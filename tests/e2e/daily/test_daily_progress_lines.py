@@ -57,6 +57,7 @@ def test_a_nanogpt_style_script_gets_status_and_plot(orch: Orch) -> None:
 # Lightning with its defaults: rich is installed, so the Trainer draws RichProgressBar; the
 # supervisor's TTY_COMPATIBLE/TTY_INTERACTIVE make it redraw into the log as on a terminal.
 LIGHTNING = """\
+import time
 import torch
 import lightning as L
 from torch.utils.data import DataLoader, TensorDataset
@@ -68,6 +69,7 @@ class Tiny(L.LightningModule):
         self.layer = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, i):
+        time.sleep(1.0)  # a step that takes a while, as a real one does: Rich redraws the bar during each
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.layer(x), y)
         self.log("train_loss", loss, prog_bar=True)

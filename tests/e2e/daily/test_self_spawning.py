@@ -22,7 +22,7 @@ TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "G
 # The DDP tutorial's mp.spawn form, with the guard such scripts carry to also run under torchrun:
 # under torchrun's variables it would be one rank of a world of 1.
 MP_SPAWN = f"""\
-import json, os, pathlib, socket
+import json, os, pathlib, socket, sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -48,6 +48,8 @@ def demo_basic(rank, world_size, port):
     (out / f"rank{{dist.get_rank()}}.json").write_text(
         json.dumps({{"rank": dist.get_rank(), "world": dist.get_world_size(), "seen": SEEN}}))
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # tests/support/scripts.py GLOO_EXIT: no finalization for gloo's threads to race (torch#190489)
 
 
 if __name__ == "__main__":

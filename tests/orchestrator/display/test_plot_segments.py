@@ -71,7 +71,7 @@ def test_panels_without_points_are_left_out(keys: tuple[str, ...], panels: list[
 
 
 def test_save_plot_refuses_rows_with_nothing_to_draw(tmp_path) -> None:
-    with pytest.raises(UsageError, match="no loss, lr or tokens/s"):
+    with pytest.raises(UsageError, match="no loss, eval loss, lr or tokens/s"):
         save_plot(rows_of({"step": 1, "epoch": 0.5}), "job", tmp_path / "c.png")
     save_plot(rows_of({"step": 1, "loss": 2.0}), "job", tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"

@@ -60,6 +60,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from remote_payload.contract.jobfolder import PROGRESS_GROUPS
+from remote_payload.jobdir import scan
 
 POLL_S = 1.0
 STATE_SCAN_S = 15.0
@@ -69,13 +70,12 @@ MAX_TEXT = 1024  # a longer line is no printed progress line (dicts and launch.p
 MAX_PREFIX = 200  # text before a printed dict: ``epoch 1: {...}``
 MAX_READ = 1 << 20  # log bytes per read
 MAX_STATE_BYTES = 32 << 20
-SCAN_DIRS, SCAN_ENTRIES, SCAN_DEPTH = 2000, 50000, 4
+SCAN_DEPTH = 4  # levels of the job folder looked through for trainer_state.json (scan.py bounds the rest)
 MAX_KEYS = 32
 LINE_RATE, LINE_BURST = 20.0, 200.0  # rows from printed lines: per second, and at once
 BAR_ROW_S = 2.0  # a progress bar redraws all the time: one row from it per this many seconds
 SAME_S, MAX_RECENT = 2.0, 4096  # a printed line like one read this recently (every rank printing it): no row
 ALIASES = {"learning_rate": "lr", "val_loss": "eval_loss"}
-SKIP_SCAN = ("logs", "repro", "__pycache__", "node_modules")
 SOURCES = ("hf-log", "hf-state", "log", "progress")  # every row written here says which
 ORCH_SAYS = "[orch] "  # how the supervisor's own lines in the node log start
 
@@ -538,33 +538,17 @@ class LineParser:
 
 def find_trainer_state(root: str) -> Optional[str]:
     """``trainer_state.json`` of the highest ``checkpoint-N/`` found breadth-first under
-    ``root`` (at most SCAN_DIRS folders and SCAN_ENTRIES entries, SCAN_DEPTH levels, no
-    hidden folders, no links followed)."""
+    ``root`` (``jobdir/scan.py``'s bounded walk, SCAN_DEPTH levels; a checkpoint folder is
+    not entered)."""
     best: Optional[Tuple[int, str]] = None
-    level, visited, seen = [root], 0, 0
-    for _ in range(SCAN_DEPTH):
-        nxt: List[str] = []
-        for folder in level:
-            visited += 1
-            if visited > SCAN_DIRS or seen > SCAN_ENTRIES:
-                return best[1] if best else None
-            try:
-                with os.scandir(folder) as entries:
-                    names = [e for _, e in zip(range(SCAN_ENTRIES - seen + 1), entries)]
-            except OSError:
+    for _, entries in scan.folders(root, SCAN_DEPTH, enter=lambda e: _CHECKPOINT.match(e.name) is None):
+        for entry in entries:
+            m = _CHECKPOINT.match(entry.name)
+            if m is None or not entry.is_dir(follow_symlinks=False):
                 continue
-            seen += len(names)
-            for entry in names:
-                if entry.name.startswith(".") or entry.name in SKIP_SCAN or not entry.is_dir(follow_symlinks=False):
-                    continue
-                m = _CHECKPOINT.match(entry.name)
-                if m is None:
-                    nxt.append(entry.path)
-                    continue
-                state = os.path.join(entry.path, "trainer_state.json")
-                if (best is None or int(m.group(1)) > best[0]) and os.path.isfile(state):
-                    best = (int(m.group(1)), state)
-        level = nxt
+            state = os.path.join(entry.path, "trainer_state.json")
+            if (best is None or int(m.group(1)) > best[0]) and os.path.isfile(state):
+                best = (int(m.group(1)), state)
     return best[1] if best else None
 
 

@@ -186,6 +186,9 @@ LOG_HEARTBEAT = Setting("ORCH_LOG_HEARTBEAT_S", "seconds", 5.0, "orch logs -f: t
                         "while a log is quiet; three missed heartbeats and the stream reconnects.")
 LOST_AFTER = Setting("ORCH_LOST_AFTER_S", "seconds", 600.0, "A host whose contacts have failed for this long is lost: "
                      "its jobs show lost and orch resume --on may move them (docs/moving.md).", minimum=0.0)
+CONTROLLER_CHECK = Setting("ORCH_CONTROLLER_CHECK_S", "seconds", 30.0, "How often the managed-jobs controller checks "
+                          "each managed job (docs/managed.md); the controller runs with the laptop's ORCH_* settings "
+                          "of orch controller up.")
 
 # --- syncing ---------------------------------------------------------------------------------
 LARGE_WORKSPACE = Setting("ORCH_LARGE_WORKSPACE_MB", "megabytes", 500, "A workspace to sync larger than this gets a "

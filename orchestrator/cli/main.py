@@ -63,6 +63,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
                        "when the workspace folder is missing, or when launch.command runs a workspace file that "
                        "will not be synced (missing, or excluded: the message names the ignore rule). With "
                        "--remote, also check each host can run it (exit 4 on a blocker)."),
+    "controller": ("controller", "Run the managed-jobs controller on a host that stays on (docs/managed.md)."),
     "code": ("vscode", "Open the host's synced workspace (or JOB's code snapshot) in VSCode Remote-SSH."),
     "exec": ("exec", "Run one command on HOST (through its login shell) and exit with its exit code."),
     "fetch": ("fetch", "Download what the job's `outputs` select, verified by sha256; idempotent."),

@@ -57,6 +57,7 @@ def show_cmd(app: App, job: str, as_json: bool, pip: bool) -> None:
                         if git else "not a git repository"),
         *([f"secrets:  {', '.join(record.secret_env)} (sent from the laptop, never kept)"] if record.secret_env
           else []),
+        *mix_lines(shown.get("mix")),
         "--- spec as written", (shown.get("spec_text") or "(not recorded)").rstrip(),
     ]
     if shown.get("git_diff"):
@@ -91,6 +92,23 @@ def sweep_lines(entry: SweepEntry | None) -> list[str]:
 def sweep_json(entry: SweepEntry) -> dict[str, object]:
     return {"name": entry.sweep, "combination": entry.combination, "combinations": entry.combinations,
             "values": {str(v[0]): v[1] for v in entry.values if isinstance(v, list) and len(v) == 3}}
+
+
+def mix_lines(mix: object) -> list[str]:
+    """``data mix:`` lines of a built-in trainer job with ``data.mix`` (its mix.json; untrusted server text):
+    per source its weight's share, the examples drawn per epoch of those it has, and those trained on so far."""
+    if not isinstance(mix, dict) or not isinstance(mix.get("sources"), list):
+        return []
+    sources = [s for s in mix["sources"] if isinstance(s, dict)]
+    trained = sum(s["trained"] for s in sources if isinstance(s.get("trained"), int))
+    lines = [f"data mix: {mix.get('strategy')}, {trained} examples trained on by step {mix.get('step')}"]
+    for s in sources:
+        share = s.get("share") if isinstance(s.get("share"), (int, float)) else 0.0
+        done = s.get("trained") if isinstance(s.get("trained"), int) else 0
+        lines.append(f"  {s.get('train')} ({s.get('format')}): weight {s.get('weight')} ({100 * share:.1f}%), "
+                     f"{s.get('drawn')} of {s.get('examples')} drawn per epoch, trained on {done}"
+                     + (f" ({100 * done / trained:.1f}%)" if trained else ""))
+    return lines
 
 
 def ran_on(moves: object) -> list[str]:

@@ -20,11 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 FinetuneMode = Literal["full", "partial", "lora"]
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Schedule = Literal["cosine", "linear", "constant"]
-Strategy = Literal["ddp", "fsdp"]
+Strategy = Literal["ddp", "fsdp", "deepspeed"]
 DataFormat = Literal["text", "alpaca"]
 Quantize = Literal["4bit", "8bit"]
 LogitPositions = Literal["labels", "all"]
 Activations = Literal["fused", "model"]
+MixStrategy = Literal["interleave", "oversample", "undersample"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -73,12 +74,65 @@ class PartialSection(BaseModel):
     )
 
 
-class DataSection(BaseModel):
-    """Training and evaluation data: jsonl files, one example per line."""
+class MixSource(BaseModel):
+    """One source of `data.mix`: a jsonl file, its weight in the mixture, its format."""
 
     model_config = _FROZEN
 
-    train: str = Field(..., min_length=1, description="Training jsonl, relative to the job's code snapshot or absolute.")
+    train: str = Field(..., min_length=1, description="This source's training jsonl (relative to the workspace, or absolute).")
+    eval: str | None = Field(None, min_length=1, description="This source's evaluation jsonl; the eval set is every source's, whole.")
+    weight: float = Field(..., gt=0.0, description="Its share of the drawn examples: weight / the sum of the weights (> 0).")
+    format: DataFormat = Field("alpaca", description="text or alpaca, as data.format.")
+
+    @property
+    def name(self) -> str:
+        """How metrics and `orch show` name the source: its train file."""
+        return self.train
+
+
+TRANSFORM_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class DataSection(BaseModel):
+    """Training and evaluation data: jsonl files, one example per line (or a weighted `mix` of them)."""
+
+    model_config = _FROZEN
+
+    train: str | None = Field(
+        None, min_length=1,
+        description="Training jsonl, relative to the job's code snapshot or absolute. Required unless data.mix is set.")
+    mix: list[MixSource] | None = Field(
+        None, min_length=1,
+        description=(
+            "Several training files drawn by weight instead of data.train: [{train, weight, format, eval}]; "
+            "how many of each is data.mix_strategy's rule (docs/trainer.md, Data mixtures)."
+        ),
+    )
+    mix_strategy: MixStrategy = Field(
+        "interleave",
+        description=(
+            "How many examples an epoch draws from each mix source (n = total x weight / sum of weights). "
+            "interleave: total = every source's examples together (the size of their concatenation); a source "
+            "with fewer examples than its share repeats, one with more is subsampled. undersample: total as large "
+            "as the scarcest source allows, no example repeated (datasets' first_exhausted). oversample: total "
+            "as small as shows every example of every source at least once (datasets' all_exhausted)."
+        ),
+    )
+    neftune_alpha: float | None = Field(
+        None, gt=0.0,
+        description=(
+            "NEFTune: uniform(-1, 1) x alpha / sqrt(sequence length x hidden size) noise added to the input "
+            "embeddings in training forwards only (as transformers' neftune_noise_alpha; 5.0 is the paper's "
+            "usual value); never at evaluation, never in the exported weights. null: off."
+        ),
+    )
+    transform: str | None = Field(
+        None, pattern=TRANSFORM_RE,
+        description=(
+            "\"module:function\" of the workspace, called on every training example (a dict) with a seeded "
+            "random.Random before tokenizing; it returns a dict, a list of dicts, or None to drop the example."
+        ),
+    )
     eval: str | None = Field(None, description="Optional evaluation jsonl (same format as train).")
     format: DataFormat = Field(
         "alpaca",
@@ -123,6 +177,17 @@ class DataSection(BaseModel):
 
     @model_validator(mode="after")
     def _packing_or_grouping(self) -> DataSection:
+        if (self.train is None) == (self.mix is None):
+            raise ValueError("set exactly one of data.train (one file) and data.mix (weighted files)")
+        if self.mix is not None:
+            if self.eval is not None:
+                raise ValueError("data.eval goes with data.train; with data.mix give each source its own eval")
+            if self.sample is not None:
+                raise ValueError("data.sample goes with data.train; with data.mix the weights and data.mix_strategy "
+                                 "say how many examples are drawn")
+            names = [m.train for m in self.mix]
+            if len(set(names)) != len(names):
+                raise ValueError(f"data.mix names a train file twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
         if self.packing and self.group_by_length:
             raise ValueError("data.packing and data.group_by_length exclude each other: packed rows are already "
                              "about max_length long; set one of them")
@@ -174,6 +239,34 @@ class MemorySection(BaseModel):
     )
 
 
+class DeepSpeedSection(BaseModel):
+    """`strategy: deepspeed`: DeepSpeed ZeRO through Accelerate's DeepSpeed plugin (docs/trainer.md).
+    Either the three ZeRO fields or `config`, a DeepSpeed JSON file (the rules of both:
+    remote_payload/contract/zeroconfig.py). `deepspeed: file.json` is short for `{config: file.json}`."""
+
+    model_config = _FROZEN
+
+    zero_stage: Literal[1, 2, 3] = Field(
+        2, description="1: optimizer state sharded; 2: and gradients; 3: and the parameters (gathered layer by layer).")
+    offload_optimizer: bool = Field(
+        False, description="Keep the fp32 master weights and AdamW state in CPU memory and step them there (DeepSpeedCPUAdam).")
+    offload_params: bool = Field(False, description="Keep the parameters in CPU memory between uses; needs zero_stage: 3.")
+    config: str | None = Field(
+        None, min_length=1,
+        description="A DeepSpeed JSON config of the workspace (relative to it, or absolute) instead of the fields above; "
+        "its batch, accumulation, clipping and precision keys must agree with train: or be \"auto\".")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DeepSpeedSection:
+        if self.config is not None and self.model_fields_set & {"zero_stage", "offload_optimizer", "offload_params"}:
+            raise ValueError("deepspeed.config is the whole DeepSpeed config: set ZeRO there, or drop config and use "
+                             "zero_stage / offload_optimizer / offload_params")
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError(f"deepspeed.offload_params needs zero_stage: 3 (it is {self.zero_stage}): only stage 3 "
+                             "partitions the parameters")
+        return self
+
+
 class TrainConfig(BaseModel):
     """The built-in trainer's whole configuration (the `train:` section of job.yaml)."""
 
@@ -209,7 +302,11 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(100, gt=0, description="Evaluate on data.eval every this many steps (and at the end).")
     save_every: int = Field(100, gt=0, description="Write a checkpoint every this many steps (and at the end, and on SIGTERM).")
     keep_checkpoints: int = Field(2, gt=0, description="Keep this many newest complete checkpoints; older ones are deleted after a successful save.")
-    strategy: Strategy = Field("ddp", description="ddp: data parallel. fsdp: torch FSDP2, params/grads/optimizer state sharded; not with fp16.")
+    strategy: Strategy = Field(
+        "ddp", description="ddp: data parallel. fsdp: torch FSDP2, params/grads/optimizer state sharded; not with fp16. "
+        "deepspeed: DeepSpeed ZeRO 1/2/3 with optional CPU offload (train.deepspeed).")
+    deepspeed: DeepSpeedSection | None = Field(
+        None, description="ZeRO settings for strategy: deepspeed (defaults: stage 2, no offload), or a DeepSpeed JSON file.")
     logits: LogitPositions = Field(
         "labels",
         description=(
@@ -228,13 +325,23 @@ class TrainConfig(BaseModel):
         ),
     )
     memory: MemorySection = Field(default_factory=MemorySection, description="Gradient checkpointing and QLoRA base weights.")
+    tensorboard: bool = Field(
+        False,
+        description="Also write TensorBoard event files (the metrics.jsonl scalars) to runs/ in the job folder (rank 0); "
+        "needs the tensorboard package on the server, said at start when it is missing.",
+    )
     export: ExportSection = Field(default_factory=ExportSection, description="Extra outputs: merged LoRA model, pruning.")
 
     @model_validator(mode="before")
     @classmethod
     def _fill_lora_defaults(cls, data: Any) -> Any:
-        """`finetune: lora` without a `lora:` section uses the default LoRA settings."""
+        """`finetune: lora` without a `lora:` section uses the default LoRA settings; `strategy:
+        deepspeed` without `deepspeed:` the default ZeRO settings, and `deepspeed: file.json` is the file."""
         if isinstance(data, dict):
+            if isinstance(data.get("deepspeed"), str):
+                data = {**data, "deepspeed": {"config": data["deepspeed"]}}
+            if data.get("strategy") == "deepspeed" and data.get("deepspeed") is None:
+                data = {**data, "deepspeed": {}}
             finetune = data.get("finetune", cls.model_fields["finetune"].default)
             if finetune == "lora" and data.get("lora") is None:
                 data = {**data, "lora": {}}
@@ -255,6 +362,11 @@ class TrainConfig(BaseModel):
         if self.memory.quantize and self.finetune != "lora":
             raise ValueError(f"memory.quantize freezes the base weights in {self.memory.quantize}: it needs finetune: lora "
                              f"(finetune is {self.finetune})")
+        if self.deepspeed is not None and self.strategy != "deepspeed":
+            raise ValueError(f"the deepspeed section is only used with strategy: deepspeed (strategy is {self.strategy})")
+        if self.memory.quantize and self.strategy == "deepspeed":
+            raise ValueError("memory.quantize cannot run under strategy: deepspeed: ZeRO-3 partitions parameters that "
+                             "bitsandbytes holds packed, and every stage casts the model to its 16-bit precision; use strategy: ddp")
         if self.memory.quantize and self.strategy == "fsdp":
             raise ValueError("memory.quantize does not shard: bitsandbytes weights cannot be split by strategy: fsdp; "
                              "use strategy: ddp")

@@ -280,7 +280,7 @@ def write_submission(folder: str, repro: Dict[str, Any]) -> None:
 
 def show(job_dir: str) -> Dict[str, Any]:
     """What was recorded about a job: spec, git state, environment, pip freeze, the hosts it
-    moved between."""
+    moved between, and the built-in trainer's data mixture (sources, drawn, trained on) when it has one."""
     repro = os.path.join(job_dir, "repro")
 
     def text(name: str, limit: int = 1 << 20) -> Optional[str]:
@@ -295,4 +295,5 @@ def show(job_dir: str) -> Dict[str, Any]:
             "git": read_json(os.path.join(repro, "git.json")),
             "environment": read_json(os.path.join(repro, "environment.json")),
             "pip_freeze": text("pip-freeze.txt"),
-            "moves": read_json(os.path.join(job_dir, "moves.json")) or []}  # orch resume --on: movejob.HISTORY
+            "moves": read_json(os.path.join(job_dir, "moves.json")) or [],  # orch resume --on: movejob.HISTORY
+            "mix": read_json(os.path.join(job_dir, "mix.json"))}  # the built-in trainer's data.mix (trainer/mixture.py)

@@ -112,6 +112,9 @@ def inputs_outside(job_dir: str) -> List[Dict[str, Any]]:
     data = train.get("data") if isinstance(train.get("data"), dict) else {}
     named = [("train.model", train.get("model")), ("train.tokenizer", train.get("tokenizer")),
              ("train.data.train", data.get("train")), ("train.data.eval", data.get("eval"))]
+    mix = data.get("mix") if isinstance(data.get("mix"), list) else []
+    named += [(f"train.data.mix[{i}].{key}", m.get(key)) for i, m in enumerate(mix) if isinstance(m, dict)
+              for key in ("train", "eval")]
     out = []
     for field, value in named:
         if isinstance(value, str) and os.path.isabs(value) and not value.startswith(job_dir.rstrip("/") + "/"):

@@ -50,6 +50,7 @@ class Progress:
     world_size: int = 1
     tokens_seen: int = 0
     label_tokens_seen: int = 0
+    mix_seen: tuple[int, ...] = ()  # data.mix: examples trained on per source, all ranks
 
 
 def _step_of(path: Path) -> int:

@@ -2,7 +2,10 @@
 
 Contracts:
 - `load_examples` reads and tokenizes a whole jsonl file in memory; any problem with the file
-  (missing, bad JSON, missing field) raises `TrainSetupError` naming the file and line.
+  (missing, bad JSON, missing field) raises `TrainSetupError` naming the file and line. With a
+  `data.transform` (transform.py) each row goes through it first, and the fields are checked on
+  what it returned (naming the row's file and line). `Example.source` is the index of the
+  `data.mix` source an example came from (0 without a mix); `Batch.sources` lists it per example.
 - `Batch.targets` is already shifted: position i holds the label of token i + 1 (-100 where there
   is none, where the prompt is, and on padding), so the loss is one cross-entropy over the logits.
   `Batch.label_index` lists, in order, the flat positions (row-major over `targets`) whose target
@@ -28,11 +31,15 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DistributedSampler
 
 from remote_payload.contract.train_config import DataFormat, TrainSetupError
+
+if TYPE_CHECKING:
+    from remote_payload.trainer.transform import Transform
 
 IGNORE = -100
 PROMPT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
@@ -44,6 +51,7 @@ MEGA_BATCHES = 50  # group_by_length sorts chunks of this many global batches (a
 class Example:
     input_ids: list[int]
     labels: list[int]  # IGNORE where the token is not trained on (the prompt)
+    source: int = 0  # the data.mix source it was drawn from (mixture.py)
 
 
 @dataclass(frozen=True)
@@ -66,19 +74,34 @@ class Batch:
     position_ids: torch.Tensor | None = None  # packed rows only: restart at 0 for every example
     segment_ids: torch.Tensor | None = None  # packed rows only: which example of the row a token is in
     label_index: torch.Tensor | None = None  # flat positions of the targets that count (see the module contract)
+    sources: tuple[int, ...] = ()  # each example's data.mix source, in batch order (packed rows: every example)
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
         move = lambda t: None if t is None else t.to(device, non_blocking=nb)  # noqa: E731
         return Batch(move(self.input_ids), move(self.attention_mask), move(self.targets), self.n_tokens,
-                     self.n_label_tokens, move(self.position_ids), move(self.segment_ids), move(self.label_index))
+                     self.n_label_tokens, move(self.position_ids), move(self.segment_ids), move(self.label_index),
+                     self.sources)
 
 
 def _labelled(targets: torch.Tensor) -> torch.Tensor:
     return (targets.view(-1) != IGNORE).nonzero().view(-1)
 
 
-def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[dict[str, str]]:
+def format_fields(fmt: DataFormat) -> tuple[str, ...]:
+    """The fields every example of `fmt` needs."""
+    return ("text",) if fmt == "text" else ("instruction", "output")
+
+
+def check_fields(row: object, fields: tuple[str, ...], where: str, what: str = "") -> None:
+    """`TrainSetupError` naming `where` (file:line) when `row` is not an object holding `fields`."""
+    missing = [k for k in fields if not isinstance(row, dict) or k not in row]
+    if missing:
+        raise TrainSetupError(f"{where}: {what}missing field(s) {missing} for this data.format")
+
+
+def read_rows(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, object) of every non-blank line; `fields` checked on each."""
     if not path.is_file():
         raise TrainSetupError(f"data file not found: {path} (relative paths resolve against {Path.cwd()})")
     rows = []
@@ -90,10 +113,8 @@ def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[dict[str, str]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TrainSetupError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            missing = [k for k in fields if not isinstance(row, dict) or k not in row]
-            if missing:
-                raise TrainSetupError(f"{path}:{lineno}: missing field(s) {missing} for this data.format")
-            rows.append(row)
+            check_fields(row, fields, f"{path}:{lineno}")
+            rows.append((lineno, row))
     if not rows:
         raise TrainSetupError(f"data file is empty: {path}")
     return rows
@@ -110,10 +131,21 @@ def _subset(rows: list[dict[str, str]], sample: int | float | None, seed: int) -
 
 def load_examples(
     path: str | Path, fmt: DataFormat, tokenizer: object, max_length: int,
-    sample: int | float | None = None, seed: int = 0,
+    sample: int | float | None = None, seed: int = 0, transform: Transform | None = None, source: int = 0,
 ) -> list[Example]:
-    """Read, subset and tokenize a jsonl file; every example ends with EOS and fits `max_length`."""
-    rows = _subset(_read_jsonl(Path(path), ("text",) if fmt == "text" else ("instruction", "output")), sample, seed)
+    """Read, transform, subset and tokenize a jsonl file; every example ends with EOS and fits `max_length`.
+    `source`: the mix source index the examples carry (and the transform's random streams use)."""
+    fields = format_fields(fmt)
+    rows = read_rows(Path(path), () if transform else fields)
+    out = transform.apply(rows, Path(path), fields, seed, source) if transform else [r for _, r in rows]
+    if not out:
+        raise TrainSetupError(f"{path}: data.transform dropped every example")
+    return tokenize_rows(_subset(out, sample, seed), fmt, tokenizer, max_length, source)
+
+
+def tokenize_rows(rows: list[dict[str, str]], fmt: DataFormat, tokenizer: object, max_length: int,
+                  source: int = 0) -> list[Example]:
+    """Tokenize checked rows of `fmt` into examples of `source`."""
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
     def tokenize(texts: list[str], special: bool = True) -> list[list[int]]:
@@ -123,14 +155,14 @@ def load_examples(
             texts[i : i + 1024], add_special_tokens=special, truncation=True, max_length=max_length)["input_ids"]]
 
     if fmt == "text":
-        return [Example(x[:max_length], x[:max_length]) for x in (i + eos for i in tokenize([r["text"] for r in rows]))]
+        return [Example(x[:max_length], x[:max_length], source) for x in (i + eos for i in tokenize([r["text"] for r in rows]))]
     prompts = [(PROMPT if r.get("input") else PROMPT_NO_INPUT).format(instruction=r["instruction"], input=r.get("input", "")) for r in rows]
     prompt_ids = tokenize(prompts)
     answer_ids = tokenize([r["output"] for r in rows], special=False)
     out = []
     for p, a in zip(prompt_ids, answer_ids):
         a = a + eos
-        out.append(Example((p + a)[:max_length], ([IGNORE] * len(p) + a)[:max_length]))
+        out.append(Example((p + a)[:max_length], ([IGNORE] * len(p) + a)[:max_length], source))
     return out
 
 
@@ -149,7 +181,8 @@ def collate(examples: list[Example], pad_id: int) -> Batch:
         targets[row, : n - 1] = torch.tensor(shifted, dtype=torch.long)
         n_tokens += n
         n_labels += sum(1 for t in shifted if t != IGNORE)
-    return Batch(ids, mask, targets, n_tokens, n_labels, label_index=_labelled(targets))
+    return Batch(ids, mask, targets, n_tokens, n_labels, label_index=_labelled(targets),
+                 sources=tuple(e.source for e in examples))
 
 
 def pack(examples: Sequence[Example], max_length: int, seed: int) -> list[PackedRow]:
@@ -207,7 +240,8 @@ def collate_packed(rows: list[PackedRow], pad_id: int) -> Batch:
         positions[r, at:] = torch.arange(width - at)
         segments[r, at:] = len(row.examples)
         n_tokens += at
-    return Batch(ids, mask, targets, n_tokens, n_labels, positions, segments, _labelled(targets))
+    return Batch(ids, mask, targets, n_tokens, n_labels, positions, segments, _labelled(targets),
+                 tuple(e.source for row in rows for e in row.examples))
 
 
 def batches_per_epoch(n_units: int, world_size: int, batch_size: int) -> int:

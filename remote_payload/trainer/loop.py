@@ -43,7 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from remote_payload.contract import testhooks
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
-from remote_payload.trainer import checkpoint, data, distributed, export, fsdp, metrics
+from remote_payload.trainer import board, checkpoint, data, distributed, export, fsdp, metrics, mixture
 from remote_payload.trainer import model as modeling
 from remote_payload.trainer import setup as trainsetup
 from remote_payload.trainer.data import IGNORE
@@ -163,7 +163,9 @@ def train_step(run: Run, micro: list[data.Batch], interval: Interval,
     step applies the exact token normalisation to the gradients (`optimizer_step`'s grad_factor)."""
     cfg, info = run.cfg, run.info
     n_labels = sum(b.n_label_tokens for b in micro)
-    votes = torch.tensor([n_labels, int(stop.requested)], dtype=torch.float64)
+    n_sources = len(run.progress.mix_seen)  # data.mix: the step's examples per source ride on the same all-reduce
+    mixed = mixture.per_source([s for b in micro for s in b.sources], n_sources) if n_sources else []
+    votes = torch.tensor([n_labels, int(stop.requested), *mixed], dtype=torch.float64)
     counting = distributed.all_reduce_sum_async(info, votes)
     weight = 1.0 / (cfg.batch_size * cfg.data.max_length * cfg.grad_accum)  # keeps fp16 gradients in range
     for i, batch in enumerate(micro):
@@ -172,14 +174,15 @@ def train_step(run: Run, micro: list[data.Batch], interval: Interval,
             run.scaler.scale(loss * weight).backward()
         interval.loss += loss.detach()
     counting.wait()
-    world_labels, stop_votes = votes.tolist()
+    world_labels, stop_votes, *world_mixed = votes.tolist()
     grad_factor = info.world_size / (weight * max(world_labels, 1.0))  # DDP averaged over ranks: undo it
     lr = run.optimizer.param_groups[0]["lr"]
     grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, cfg.max_grad_norm, grad_factor)
     n_tokens = sum(b.n_tokens for b in micro)
     p = run.progress
     run.progress = replace(p, step=p.step + 1, step_in_epoch=p.step_in_epoch + 1, tokens_seen=p.tokens_seen + n_tokens,
-                           label_tokens_seen=p.label_tokens_seen + n_labels)
+                           label_tokens_seen=p.label_tokens_seen + n_labels,
+                           mix_seen=tuple(a + round(b) for a, b in zip(p.mix_seen, world_mixed)))
     interval.meter.add(n_tokens, n_labels)
     interval.slots += sum(b.input_ids.numel() for b in micro)
     return lr, grad_norm, bool(stop_votes)
@@ -195,6 +198,21 @@ class Book:
         self.saved_step = self.evaluated_step = run.progress.step if run.resumed else -1
         self.peak_flops = metrics.device_peak_flops(run.info.device) if run.amp_dtype else None
         self.flops_per_token = metrics.flops_per_token(run.n_total, run.n_trainable)
+        self.board = board.Board.open(run.cfg.tensorboard, run.info.is_main, run.out, run.progress.step if run.resumed else None)
+        self.write_mix()
+
+    def write_mix(self) -> None:
+        """data.mix: `mix.json` (rank 0) with what each source gave, was drawn and was trained on so far."""
+        run = self.run
+        if run.mixed is None or not run.info.is_main or run.cfg.data.mix is None:
+            return
+        mixture.write_report(run.out, mixture.report(run.cfg.data.mix, run.cfg.data.mix_strategy, run.mixed.sizes,
+                                                     run.mixed.wanted, run.progress.mix_seen, run.progress.step))
+
+    def write(self, row: dict[str, object]) -> None:
+        """A metrics.jsonl row, and the same numbers to TensorBoard (train.tensorboard)."""
+        self.log.write(row)
+        self.board.scalars(row)
 
     def report_due(self, lr: float, grad_norm: torch.Tensor) -> None:
         """Report the step when the schedule says so (a collective: every rank calls it)."""
@@ -230,16 +248,23 @@ class Book:
                **rates, "peak_mem_mb": max(rank_peaks), "peak_mem_mb_per_rank": rank_peaks, "mfu": mfu}
         if run.scaler.is_enabled():
             row["scale"] = run.scaler.get_scale()
-        self.log.write(row)
+        if run.cfg.data.mix:
+            row["mix_seen"] = {m.name: n for m, n in zip(run.cfg.data.mix, run.progress.mix_seen)}
+        self.write(row)
+        self.write_mix()
         log.info("step %d/%d | epoch %d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f MiB", p.step,
                  run.total_steps, p.epoch, row["loss"], lr, row["grad_norm"], rates["tokens_per_s"], row["peak_mem_mb"])
+
+    def close(self) -> None:
+        self.log.close()
+        self.board.close()
 
     def evaluate(self) -> None:
         run = self.run
         eval_loss = evaluate(run.raw_model, run.eval_set, run.cfg, run.info, run.autocast(), run.tokenizer.pad_token_id,
                              run.sharded, run.head)
         self.evaluated_step, ppl = run.progress.step, math.exp(min(eval_loss, 50.0))
-        self.log.write({"step": run.progress.step, "eval_loss": eval_loss, "eval_ppl": ppl})
+        self.write({"step": run.progress.step, "eval_loss": eval_loss, "eval_ppl": ppl})
         log.info("step %d | eval loss %.4f | perplexity %.2f", run.progress.step, eval_loss, ppl)
 
     def save(self) -> None:
@@ -259,7 +284,7 @@ def finish(run: Run, book: Book, stopped: distributed.StopSignal | None) -> int:
             book.save()
         log.warning("stopped by signal at step %d; resume continues from the latest checkpoint (exit code %d)", step,
                     stopped.exit_code)
-        book.log.close()
+        book.close()
         return stopped.exit_code
     if step != book.saved_step:
         book.save()
@@ -272,7 +297,7 @@ def finish(run: Run, book: Book, stopped: distributed.StopSignal | None) -> int:
         exported = export.export_outputs(final, tokenizer, run.cfg, run.out)
         book.log.write({"step": step, "export": exported})
     distributed.barrier(run.info)
-    book.log.close()
+    book.close()
     log.info("done: %d steps, outputs in %s", step, run.out / "outputs")
     return 0
 

@@ -16,6 +16,7 @@ Contracts:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -30,7 +31,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from remote_payload.contract import precision as rules
 from remote_payload.contract.train_config import TrainConfig, TrainSetupError
-from remote_payload.trainer import checkpoint, data, distributed, fanout, fsdp, host, precision, quantize
+from remote_payload.trainer import (checkpoint, data, distributed, fanout, fsdp, host, mixture, neftune, precision, quantize,
+                                    transform)
 from remote_payload.trainer import model as modeling
 
 log = logging.getLogger("remote_payload.train")
@@ -64,6 +66,7 @@ class Run:
     resumed: bool
     n_trainable: int
     n_total: int
+    mixed: mixture.Drawn | None = None  # data.mix: each source's examples and how many were drawn
 
 
 def lr_factor(step: int, *, warmup: int, total: int, schedule: str) -> float:
@@ -114,11 +117,16 @@ def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dt
 
 
 def load_data(cfg: TrainConfig, info: distributed.DistInfo, tokenizer: object,
-              raw_model: torch.nn.Module) -> tuple[list, list[data.Example] | None, str | None, int]:
-    """(units, eval examples, packing mode, optimizer steps per epoch)."""
+              raw_model: torch.nn.Module) -> tuple[list, list[data.Example] | None, str | None, int, mixture.Drawn | None]:
+    """(units, eval examples, packing mode, optimizer steps per epoch, what data.mix drew)."""
     d = cfg.data
-    train_set = data.load_examples(d.train, d.format, tokenizer, d.max_length, d.sample, cfg.seed)
-    eval_set = data.load_examples(d.eval, d.format, tokenizer, d.max_length) if d.eval else None
+    fn = transform.load(d.transform)
+    if d.mix is None:
+        train_set = data.load_examples(d.train, d.format, tokenizer, d.max_length, d.sample, cfg.seed, fn)
+        eval_set = data.load_examples(d.eval, d.format, tokenizer, d.max_length) if d.eval else None
+        mixed = None
+    else:
+        train_set, eval_set, mixed = load_mixture(cfg, tokenizer, fn)
     packing = modeling.packing_mode(raw_model) if d.packing else None  # how packed rows keep examples apart
     units = data.pack(train_set, d.max_length, cfg.seed) if packing else train_set
     if packing:
@@ -126,9 +134,28 @@ def load_data(cfg: TrainConfig, info: distributed.DistInfo, tokenizer: object,
                  d.max_length, 100 * sum(map(len, units)) / (len(units) * d.max_length), packing)
     steps_per_epoch = data.batches_per_epoch(len(units), info.world_size, cfg.batch_size) // cfg.grad_accum
     if steps_per_epoch == 0:
-        raise TrainSetupError(f"{d.train}: {len(units)} {'packed rows' if d.packing else 'examples'} are fewer than one step "
+        raise TrainSetupError(f"{d.train or 'data.mix'}: {len(units)} {'packed rows' if d.packing else 'examples'} are fewer than one step "
                               f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {info.world_size} processes)")
-    return units, eval_set, packing, steps_per_epoch
+    return units, eval_set, packing, steps_per_epoch, mixed
+
+
+def load_mixture(cfg: TrainConfig, tokenizer: object, fn: transform.Transform | None,
+                 ) -> tuple[list[data.Example], list[data.Example] | None, mixture.Drawn]:
+    """`data.mix`: each source read (and transformed) on its own, drawn by `mixture.counts`/`draw`;
+    the eval set is every source's eval file, whole. Logs what each source gives."""
+    d = cfg.data
+    assert d.mix is not None
+    sources = [data.load_examples(m.train, m.format, tokenizer, d.max_length, None, cfg.seed, fn, i)
+               for i, m in enumerate(d.mix)]
+    sizes = [len(s) for s in sources]
+    wanted = mixture.check_sizes(d.mix, sizes, d.mix_strategy)
+    drawn = mixture.draw(sources, wanted, cfg.seed)
+    log.info("data.mix (%s): %s", d.mix_strategy, "; ".join(
+        f"{m.train} {n} of {size} ({100 * n / len(drawn):.1f}%, weight {m.weight:g})"
+        for m, n, size in zip(d.mix, wanted, sizes)))
+    evals = [e for i, m in enumerate(d.mix) if m.eval
+             for e in data.load_examples(m.eval, m.format, tokenizer, d.max_length, source=i)]
+    return drawn, evals or None, mixture.Drawn(tuple(sizes), tuple(wanted))
 
 
 def output_head(cfg: TrainConfig, raw_model: torch.nn.Module, info: distributed.DistInfo,
@@ -204,7 +231,10 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
                 else contextlib.nullcontext)
     head = output_head(cfg, raw_model, info, autocast)
-    units, eval_set, packing, steps_per_epoch = load_data(cfg, info, tokenizer, raw_model)
+    if cfg.data.neftune_alpha is not None:  # after output_head's check: the hook adds noise in training mode only
+        neftune.activate(raw_model, cfg.data.neftune_alpha)
+        log.info("NEFTune: noise alpha %g on the input embeddings in training forwards", cfg.data.neftune_alpha)
+    units, eval_set, packing, steps_per_epoch, mixed = load_data(cfg, info, tokenizer, raw_model)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     ckpt = agreed_checkpoint(out, info)
     if ckpt is not None:
@@ -218,13 +248,15 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
     scaler = torch.amp.GradScaler(info.device.type, enabled=rules.uses_grad_scaler(run_precision))
-    progress = checkpoint.Progress(world_size=info.world_size)
+    progress = checkpoint.Progress(world_size=info.world_size, mix_seen=(0,) * len(cfg.data.mix or ()))
     if ckpt is not None:
         progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
                                                   scheduler, scaler)
+        if len(progress.mix_seen) != len(cfg.data.mix or ()):  # a checkpoint from before data.mix counted
+            progress = dataclasses.replace(progress, mix_seen=(0,) * len(cfg.data.mix or ()))
         log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
     return Run(cfg=cfg, out=out, info=info, model=model, raw_model=raw_model, tokenizer=tokenizer, params=params,
                optimizer=optimizer, scheduler=scheduler, scaler=scaler, autocast=autocast, amp_dtype=amp_dtype,
                packing=packing, head=head, units=units, eval_set=eval_set, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                sharded=sharded, no_sync=no_sync, progress=progress, resumed=ckpt is not None, n_trainable=n_trainable,
-               n_total=n_total)
+               n_total=n_total, mixed=mixed)

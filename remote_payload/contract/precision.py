@@ -9,7 +9,9 @@ The laptop and the trainer both decide with this module:
 - `resolve(precision, strategy, device)`: the precision a run uses on a device (`auto` resolved,
   device-dependent refusals added), from a `DeviceCaps` description. Pure; the trainer gets its
   `DeviceCaps` from `remote_payload/trainer/precision.py` (`probe`) and calls it through `on_device`.
-- `uses_grad_scaler(resolved)`: a GradScaler runs for fp16 only (bf16 has fp32's exponent range).
+- `uses_grad_scaler(resolved)`: a GradScaler runs for fp16 only (bf16 has fp32's exponent range);
+  under strategy: deepspeed DeepSpeed's own dynamic loss scaler does that job instead (its fp16
+  section, remote_payload/contract/zeroconfig.py), so the trainer's GradScaler stays off there.
 
 Contract: standard library only (the laptop has no torch); the half that asks torch about a
 device is the trainer's (`remote_payload/trainer/precision.py`). Every refusal is a
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")  # config.Precision, in the same order
-STRATEGIES = ("ddp", "fsdp")  # config.Strategy
+STRATEGIES = ("ddp", "fsdp", "deepspeed")  # config.Strategy
 RESOLVED = ("fp32", "fp16", "bf16")  # what `resolve` returns
 
 

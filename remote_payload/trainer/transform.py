@@ -16,6 +16,7 @@ Contracts:
 from __future__ import annotations
 
 import importlib
+import logging
 import random
 import sys
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from remote_payload.contract.train_config import TrainSetupError
 from remote_payload.trainer.data import check_fields
+
+log = logging.getLogger("remote_payload.train")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Transform:
             for item in items:
                 check_fields(item, fields, where, f"data.transform {self.spec} returned an example with ")
             out.extend(items)
+        log.info("data.transform %s on %s: %d rows -> %d examples", self.spec, path, len(rows), len(out))
         return out
 
 

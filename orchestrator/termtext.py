@@ -1,5 +1,6 @@
 """Text from a server is untrusted: strip what could drive the user's terminal; the end of a
-followed log (``final_line``, ``EndLines``) and whether two streams reach one file (``same_file``)."""
+followed log (``final_line``, ``EndLines``) and whether two streams reach one file (``same_file``);
+a byte count for people (``size_text``)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,14 @@ class EndLines:
         job's reason also without its ``node N:`` head)."""
         state, reason = status.get("state"), one_line(status.get("reason") or "")
         return (state, reason) in self.seen or (state, _NODE_HEAD.sub("", reason)) in self.seen
+
+
+def size_text(size: int) -> str:
+    """``812 B``, ``4.0 KB``, ``2.9 MB``, ``1.25 GB`` (binary units)."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1 << 20:
+        return f"{size / 1024:.1f} KB"
+    if size < 1 << 30:
+        return f"{size / 2**20:.1f} MB"
+    return f"{size / 2**30:.2f} GB"

@@ -19,7 +19,7 @@ from orchestrator.errors import RemoteError
 from orchestrator.helper.remote import Remote
 from orchestrator.hosts.inventory import Host, Inventory
 from orchestrator.spec.model import JobSpec
-from orchestrator.termtext import clean
+from orchestrator.termtext import clean, size_text
 from orchestrator.transport.base import never
 
 GB = 1e9
@@ -27,6 +27,7 @@ MIN_FREE_GB = 5.0          # under this on the root or on `/`: a blocker
 LOW_FREE_GB = 20.0         # under this: a warning
 MIN_FREE_INODES = 10_000
 SMALL_SYSTEM_DISK_GB = 50.0
+FULL_PERCENT = 90.0        # the root's disk used over this: a warning naming orch gc
 MAX_SKEW_S = 5.0
 MIN_PYTHON = (3, 8)
 
@@ -135,6 +136,7 @@ def judge(facts: dict[str, Any], skew_s: float, needs: Needs, cluster: list[Row]
                         OK if tools.get(name) else WARN, "" if tools.get(name) else "not needed by orch; handy by hand"))
     rows += _workspace_rows(facts)
     rows += _job_rows(facts)
+    rows += usage_rows(facts.get("usage"))
     skew_ok = abs(skew_s) <= MAX_SKEW_S
     rows.append(Row("clock skew", f"{skew_s:+.1f} s", OK if skew_ok else WARN,
                     "" if skew_ok else "orch corrects its own times; the job's log lines carry the server's"))
@@ -186,11 +188,36 @@ def _job_rows(facts: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def preflight(host: Host, inventory: Inventory, needs: Needs) -> list[Row]:
-    """Ask ``host`` for its facts (one agent call; a Slurm host's cluster: one more) and judge them."""
+def usage_rows(usage: Any) -> list[Row]:
+    """What orch keeps on the host, one row per class (``remote_payload/helper/reclaim.py``:
+    ``usage``), and the data disk's use: ``warn`` over ``FULL_PERCENT``. No rows when not asked."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("classes"), dict):
+        return []
+    rows = []
+    for kind, row in sorted(usage["classes"].items(), key=lambda kv: -_int(kv[1], "bytes")):
+        rows.append(Row("orch's disk use", f"{clean(str(kind))[:40]}: {size_text(_int(row, 'bytes'))} "
+                                           f"({_int(row, 'count')})", OK))
+    disk = usage.get("disk") if isinstance(usage.get("disk"), dict) else {}
+    total, used = _int(disk, "total_bytes"), _int(disk, "used_bytes")
+    if total > 0:
+        percent = 100.0 * used / total
+        full = percent > FULL_PERCENT
+        rows.append(Row("data disk use", f"{percent:.0f} % of {size_text(total)}", WARN if full else OK,
+                        "over 90 %: `orch gc HOST --dry-run` lists what orch can free" if full else ""))
+    return rows
+
+
+def _int(row: Any, key: str) -> int:
+    value = row.get(key) if isinstance(row, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def preflight(host: Host, inventory: Inventory, needs: Needs, usage: bool = False) -> list[Row]:
+    """Ask ``host`` for its facts (one agent call; a Slurm host's cluster: one more) and judge
+    them; ``usage``: with orch's disk use by class (``orch hosts check``)."""
     cluster = None
     with open_transport(host, inventory, never) as transport:
-        facts = Remote(host, transport).call("preflight", timeout=180)
+        facts = Remote(host, transport).call("preflight", timeout=180, usage=usage)
         arrived = time.time()
         if host.slurm:
             said = Remote(host, transport).call("hello", slurm=host.hello_slurm).get("slurm")
@@ -200,12 +227,12 @@ def preflight(host: Host, inventory: Inventory, needs: Needs) -> list[Row]:
 
 
 def preflight_hosts(hosts: list[Host], inventory: Inventory, needs: Needs,
-                    show: Callable[[Host, list[Row]], None]) -> None:
+                    show: Callable[[Host, list[Row]], None], usage: bool = False) -> None:
     """Preflight each host in turn, handing its rows to ``show`` as they come;
     ``RemoteError`` (exit 4) naming every blocker once all were checked."""
     failed: list[str] = []
     for host in hosts:
-        rows = preflight(host, inventory, needs)
+        rows = preflight(host, inventory, needs, usage)
         show(host, rows)
         failed += [f"{host.name}: {r.check}: {r.note or r.value}" for r in blockers(rows)]
     if failed:

@@ -64,6 +64,9 @@ def _confirm_kept(question: str) -> bool:
               help="What the box costs per hour: `orch status` shows a cost estimate.")
 @click.option("--idle-shutdown-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Power the box off after this long with no orch job running (cost guard).")
+@click.option("--gc-keep-days", type=click.FloatRange(min=0), default=None, metavar="N",
+              help="Collect at the end of each submit as `orch gc HOST --keep-days N --yes` does (one line says "
+                   "what it freed; never fails the submit).")
 @click.option("--scheduler", type=click.Choice(["none", "slurm"]), default="none",
               help="slurm: the address is a cluster's login node; jobs go through sbatch (docs/slurm.md).")
 @click.option("--partition", default=None, help="Slurm partition for this host's jobs (default: the cluster's).")
@@ -76,7 +79,8 @@ def add_cmd(app: App, name: str, ssh_command: str | None, provider: str | None, 
             token_env: str | None, api_url: str | None, identity: str | None, password_env: str | None,
             root: str | None, python: str | None, presets: tuple[str, ...], trust: bool, keep_key: bool,
             install_key: bool, key: Path | None, price_per_hour: float | None,
-            idle_shutdown_minutes: float | None, scheduler: str, partition: str | None, account: str | None,
+            idle_shutdown_minutes: float | None, gc_keep_days: float | None, scheduler: str,
+            partition: str | None, account: str | None,
             qos: str | None, slurm_env: tuple[str, ...]) -> None:
     """Add or update a host.
 
@@ -111,6 +115,7 @@ def add_cmd(app: App, name: str, ssh_command: str | None, provider: str | None, 
     old = app.inventory.get(name) if (app.inventory.dir / f"{name}.json").is_file() else None
     host = entry.new_entry(name, root=root, python=python, presets=presets, password_env=password_env,
                            price_per_hour=price_per_hour, idle_shutdown_minutes=idle_shutdown_minutes,
+                           gc_keep_days=gc_keep_days,
                            scheduler=scheduler, partition=partition, account=account, qos=qos,
                            slurm_env={k: v for k, _, v in env_pairs}, **fields)
     if old is not None and old.host_key:
@@ -150,7 +155,9 @@ def trust_cmd(app: App, name: str, replace: bool) -> None:
 @pass_app
 def check_cmd(app: App, name: str) -> None:
     """Preflight a host: login shell, python, torch/CUDA, GPUs, driver, disk and inodes,
-    rsync/tmux, clock skew. A table with a verdict per line; exit 4 on a blocker.
+    rsync/tmux, clock skew, and orch's own disk use there by class (a warning when the data
+    disk is over 90 % used: `orch gc` frees it). A table with a verdict per line; exit 4 on a
+    blocker.
 
     \b
     Example:
@@ -159,7 +166,7 @@ def check_cmd(app: App, name: str) -> None:
     host = app.inventory.get(name)
     if host.provider is not None and not instance_ready(host, app.say):  # its state, price, release said
         return
-    preflight_hosts([host], app.inventory, Needs(), lambda host, rows: app.out.print(table(host, rows)))
+    preflight_hosts([host], app.inventory, Needs(), lambda host, rows: app.out.print(table(host, rows)), usage=True)
 
 
 @hosts_group.command("ls")

@@ -67,6 +67,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "code": ("vscode", "Open the host's synced workspace (or JOB's code snapshot) in VSCode Remote-SSH."),
     "exec": ("exec", "Run one command on HOST (through its login shell) and exit with its exit code."),
     "fetch": ("fetch", "Download what the job's `outputs` select, verified by sha256; idempotent."),
+    "gc": ("gc", "Remove what orch keeps on HOST that nothing needs any more, and say what it frees."),
     "hosts": ("hosts", "Manage the host inventory (`local` is built in)."),
     "instances": ("instances", "List every instance each provider account holds, with state, price and age, "
                                "marking those no host entry names (\"billing, unknown to orch\" when they bill), "
@@ -76,6 +77,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "plot": ("plot", "Draw loss (train and eval), lr and tokens/s against step into a PNG."),
     "queue": ("queue", "Show each host's GPU queue: its GPUs, the running jobs with their GPUs, and the waiting ones "
                        "with their place, priority, what they need and since when."),
+    "rm": ("rm", "Remove a finished job's folder on its host (every node's), keeping its record here."),
     "rerun": ("show", "Run a job again as a new job: the same recorded spec and the same code snapshot."),
     "release": ("provision", "Give a provider host's instance back for good (AutoDL: a powered-off one; vast, "
                              "RunPod: destroyed in any state; its disks are deleted) and remove the host entry. Asks "

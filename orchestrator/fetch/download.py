@@ -33,7 +33,7 @@ from orchestrator.helper.remote import FileStream, Remote
 from orchestrator.hosts.inventory import Inventory
 from orchestrator.jobs.nodes import nodes_of
 from orchestrator.state import runs
-from orchestrator.state.registry import JobRecord
+from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.transport.base import never
 from remote_payload.contract.jobfolder import NAME_MAX, temp_name
 
@@ -75,7 +75,9 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
     request to the caller (``orch fetch --watch``, watch.py). The job folder's symlinks that
     the patterns select are never followed on the server; each is in ``summary.links`` (where it
     points, whether inside the folder); ``follow_links`` fetches a copy of the target of each one
-    that stays inside the folder, from the target's own listed files (``links.select``)."""
+    that stays inside the folder, from the target's own listed files (``links.select``). A node
+    whose job had ended and whose selected files are all here, verified, is recorded as fetched
+    from that host (``Registry.record_fetched``: what ``orch gc`` may remove there)."""
     dest = runs.run_dir(dest_parent, record.job_id)
     summary = FetchSummary(dest)
     taken: set[str] = set()
@@ -86,9 +88,11 @@ def fetch(record: JobRecord, inventory: Inventory, dest_parent: Path, say: Calla
             with ExitStack() as stack:
                 remote = remotes[i] if remotes else \
                     Remote(host, stack.enter_context(open_transport(host, inventory, never)))
-                if _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything, folders,
-                               follow_links) \
-                        and tell and host.name not in state.told:
+                complete = _fetch_node(remote, record.job_id, dest, summary, taken, say, extra or [], everything,
+                                       folders, follow_links)
+                if complete and host.name not in record.fetched:
+                    Registry().record_fetched(record.job_id, host.name)  # orch gc may remove its folder there
+                if complete and tell and host.name not in state.told:
                     remote.call("fetched", job=record.job_id)  # lets on_finish.shutdown go ahead
                     state.tell(host.name)
         summary.committed, summary.checkpoints = folders.commit(), folders.listed

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.fetch.manifest import CODE_PREFIX, Entry
+from orchestrator.termtext import size_text
 from remote_payload.contract.jobfolder import ORCH_WRITTEN
 
 SHOWN = 5  # items named by ``lines``; the rest are counted
@@ -73,15 +74,6 @@ def unfetched(entries: list[Entry], here: set[str] | frozenset[str] = frozenset(
     return sorted(items, key=lambda i: (-i.size, i.name))
 
 
-def size_text(size: int) -> str:
-    """``812 B``, ``4.0 KB``, ``2.9 MB``, ``1.25 GB`` (binary units)."""
-    if size < 1024:
-        return f"{size} B"
-    if size < 1 << 20:
-        return f"{size / 1024:.1f} KB"
-    if size < 1 << 30:
-        return f"{size / 2**20:.1f} MB"
-    return f"{size / 2**30:.2f} GB"
 
 
 def lines(items: list[Unfetched], job_id: str) -> list[str]:

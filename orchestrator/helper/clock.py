@@ -84,6 +84,11 @@ def to_laptop(op: str, reply: dict[str, Any], by: float) -> dict[str, Any]:
     elif op == "hello":
         sync = reply.get("sync")
         _move(sync.get("lock") if isinstance(sync, dict) else None, ("started",), by)
+    elif op == "gc":
+        for item in reply["items"]:
+            if isinstance(item, dict):
+                _move(item, ("at",), by)
+                status_to_laptop(item.get("status"), by)
     elif op == "preflight":
         for space in reply.get("workspaces") or []:
             _move(space, ("synced",), by)

@@ -92,6 +92,9 @@ class Host(BaseModel):
     idle_shutdown_minutes: float | None = Field(
         None, gt=0, description="Power the box off after this long with no orch job running (armed by the "
         "supervisor of the last job to end).")
+    gc_keep_days: float | None = Field(
+        None, ge=0, description="At the end of each submit, remove what `orch gc HOST --keep-days N --yes` would "
+        "(docs/commands.md, Where things live); never fails the submit.")
 
     scheduler: Literal["none", "slurm"] = Field(
         "none", description="`slurm`: the address is a login node; jobs go through sbatch (docs/slurm.md).")

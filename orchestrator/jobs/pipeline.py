@@ -5,7 +5,8 @@ A lone job, a multi-node job, a sweep and a rerun all go through ``run_batch``:
     connect + hello (every host at once, each with its stage token: an unchanged resubmit has
     its code set apart in that same round trip) → plan each job (a Slurm host's checks) →
     rendezvous check (a multi-node job) → sync each host once → launch each job on the tree
-    its host's sync (or hello) set apart → settle how each ended (``outcome.classify``).
+    its host's sync (or hello) set apart → settle how each ended (``outcome.classify``) → a
+    host with ``gc_keep_days`` collects (``reclaim.auto``).
 
 Contracts:
 
@@ -42,7 +43,7 @@ from orchestrator.checks import slurm as slurmcheck
 from orchestrator.errors import HostError, OrchError, RemoteError, SpecError, UsageError
 from orchestrator.helper.remote import Remote, helper_argv
 from orchestrator.hosts.inventory import Host, Inventory
-from orchestrator.jobs import launchconfig, outcome
+from orchestrator.jobs import launchconfig, outcome, reclaim
 from orchestrator.jobs import record as repro
 from orchestrator.jobs import secrets
 from orchestrator.jobs.nodes import parallel
@@ -459,7 +460,17 @@ def run_batch(batch: Batch) -> BatchResult:
             continue
         last = all(not set(unit.names) & set(later.names) for later in planned[at + 1:])
         _launch(batch, unit, git, last)
+    _collect(batch, list(dict.fromkeys(n for u in planned for n in u.names)))
     return result
+
+
+def _collect(batch: Batch, names: list[str]) -> None:
+    """Each host of ``names`` with ``gc_keep_days`` collects once the launches are done
+    (``reclaim.auto``: one line, never a failure of the submit)."""
+    for name in names:
+        remote = batch.hosts.remotes.get(name)
+        if remote is not None and name not in batch.hosts.down and remote.host.gc_keep_days is not None:
+            reclaim.auto(remote, remote.host, batch.hosts.registry, [batch.project], batch.say)
 
 
 def _plan_syncs(batch: Batch, names: list[str]) -> dict[str, selection.SyncPlan]:

@@ -51,7 +51,11 @@ FINAL_KEY = "_orch_final_row"
 # ``update`` and ``move``: ``orch resume`` reads those variables on the laptop again and trusts
 # no server to name them. ``JobRecord.secret_env``.
 SECRET_NAMES_KEY = "_orch_secret_env"
-KEPT_KEYS = (SECRET_NAMES_KEY,)
+# The hosts from which this laptop fetched the job's outputs, each verified whole after the job
+# ended (``orch fetch``): ``{host: time}``, kept the same way. ``orch gc`` removes such a job's
+# folder there (``JobRecord.fetched``; ``record_fetched``).
+FETCHED_KEY = "_orch_fetched"
+KEPT_KEYS = (SECRET_NAMES_KEY, FETCHED_KEY)
 # Keys of ``detail`` that are orch's own, not the host's status: this orch knows these two; any
 # other key with this prefix was written by a newer orch (layout.py's rules) and is kept through
 # ``update`` and ``move`` as ``KEPT_KEYS`` are, and never shown.
@@ -70,6 +74,7 @@ class JobRecord:
     detail: dict[str, Any]
     final: dict[str, Any] | None = None  # the final status row of a terminal job, once recorded
     secret_env: list[str] = field(default_factory=list)  # the names of its secret_env (values never)
+    fetched: dict[str, float] = field(default_factory=dict)  # host -> when its outputs were fetched, verified
 
     def status(self) -> dict[str, Any]:
         """The job's status as last recorded (what ``orch status`` shows when it does not ask
@@ -257,6 +262,25 @@ class Registry:
             db.execute("UPDATE jobs SET detail=? WHERE job_id=?", (json.dumps(detail), job_id))
         return True
 
+    def record_fetched(self, job_id: str, host: str) -> None:
+        """The job's outputs on ``host`` are on this laptop, each file verified, the job ended
+        (``orch fetch``): ``orch gc`` may remove its folder there."""
+        with db_file.writing(self.path) as db:  # read and write as one step
+            row = db.execute("SELECT detail FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if row is None:
+                return
+            detail = _loads(row[0])
+            fetched = detail.get(FETCHED_KEY) if isinstance(detail.get(FETCHED_KEY), dict) else {}
+            detail[FETCHED_KEY] = dict(fetched, **{host: time.time()})
+            db.execute("UPDATE jobs SET detail=? WHERE job_id=?", (json.dumps(detail), job_id))
+
+    def forget(self, job_id: str) -> bool:
+        """Remove the job's record (and its sweep entry): ``orch rm --local``. False when there was none."""
+        with db_file.writing(self.path) as db:
+            gone = db.execute("DELETE FROM jobs WHERE job_id=?", (job_id,)).rowcount
+            db.execute("DELETE FROM sweep_jobs WHERE job_id=?", (job_id,))
+        return bool(gone)
+
     def _rows(self, where: str = "", args: tuple[Any, ...] = ()) -> Iterator[JobRecord]:
         with closing(self._connect()) as db:
             rows = db.execute(
@@ -267,10 +291,13 @@ class Registry:
             detail = _loads(r[7])
             final = _final(detail.pop(FINAL_KEY, None))
             names = detail.pop(SECRET_NAMES_KEY, None)
+            fetched = detail.pop(FETCHED_KEY, None)
             detail = {k: v for k, v in detail.items() if not k.startswith(PRIVATE)}  # a newer orch's own keys
             yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], detail,
                             final if r[6] in TERMINAL else None,
-                            [n for n in names if isinstance(n, str)] if isinstance(names, list) else [])
+                            [n for n in names if isinstance(n, str)] if isinstance(names, list) else [],
+                            {str(h): float(t) for h, t in fetched.items() if isinstance(t, (int, float))}
+                            if isinstance(fetched, dict) else {})
 
     def all(self) -> list[JobRecord]:
         return list(self._rows())

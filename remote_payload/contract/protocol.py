@@ -163,8 +163,10 @@ REQUESTS: Dict[str, Request] = {
                       reads=True, writes=True),
     "tcp_check": Request({"host": (str, REQUIRED), "port": (int, REQUIRED)},
                          {"ok": (bool, REQUIRED), "reason": (str, OPT), "seconds": (NUMBER, OPT)}),
-    "preflight": Request({"torch_timeout": (NUMBER, 60.0)}, {"root": (str, REQUIRED),
-                                                             "jobs": (list, OPT)}),  # its unfinished jobs' statuses
+    "preflight": Request({"torch_timeout": (NUMBER, 60.0),
+                          "usage": (bool, False)},  # orch hosts check: orch's disk use by class (helper/reclaim.py)
+                         {"root": (str, REQUIRED), "jobs": (list, OPT),  # its unfinished jobs' statuses
+                          "usage": (dict, OPT)}),
     # moving a job (orch resume --on; remote_payload/move/job.py): the source's listing, the target's staging
     "move_list": Request(JOB, {"files": (list, REQUIRED), "checkpoint": ((str, NONE), REQUIRED),
                                "links": (list, REQUIRED), "outside": (list, REQUIRED), "attempt": (int, REQUIRED),
@@ -184,6 +186,12 @@ REQUESTS: Dict[str, Request] = {
     "adopt": Request({"request": (dict, REQUIRED), "files": (list, REQUIRED), "moved": (dict, REQUIRED)},
                      {"existing": (bool, REQUIRED), "status": (dict, OPT), "pid": (int, OPT), "job_dir": (str, OPT),
                       "slurm_job": (str, OPT)}, locked=True, statuses="status"),
+    # orch gc / orch rm (helper/reclaim.py): what the rule lets go, decided under the jobs lock, then removed
+    "gc": Request({"dry_run": (bool, True), "keep_days": (NUMBER, REQUIRED), "keep": (int, REQUIRED),
+                   "fetched": (list, REQUIRED), "all_finished": (bool, False), "projects": (list, REQUIRED),
+                   "only": ((list, NONE), None), "jobs": ((list, NONE), None)},
+                  {"items": (list, REQUIRED), "kept": (dict, REQUIRED), "refused": (list, REQUIRED),
+                   "missing": (list, REQUIRED), "removed": (bool, REQUIRED)}),
     # the old host of a moved job (state/fences.py): stop the superseded attempt, set its folder aside
     "fence": Request({"job": (str, REQUIRED), "moved_to": (str, REQUIRED)},
                      {"found": (bool, REQUIRED), "state": (str, REQUIRED), "stopped": (bool, REQUIRED),

@@ -22,7 +22,7 @@ from remote_payload.contract import protocol
 from remote_payload.contract.bytequeue import ByteQueue
 from remote_payload.contract.protocol import DATA, END, REPLY, REQUEST, ProtocolError, frame, read_frame
 from remote_payload.gpuqueue import queue as gpuqueue
-from remote_payload.helper import netcheck, stage, streams, workspace
+from remote_payload.helper import netcheck, reclaim, stage, streams, workspace
 from remote_payload.helper.agent import Agent, AgentError
 from remote_payload.jobdir import lease, private, testclock
 from remote_payload.jobdir import record as repro
@@ -145,7 +145,10 @@ def _fetched(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[s
 def _preflight(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
     from remote_payload.helper import hostfacts as preflight  # standard library only, like this module
 
-    return dict(preflight.collect(agent.root, float(a["torch_timeout"])), jobs=agent.unfinished())
+    facts = dict(preflight.collect(agent.root, float(a["torch_timeout"])), jobs=agent.unfinished())
+    if a["usage"]:
+        facts["usage"] = reclaim.usage(agent.root, agent.payload_dir)
+    return facts
 
 
 def _send(agent: Agent, a: Dict[str, Any], inp: Input, out: Output) -> Dict[str, Any]:
@@ -187,6 +190,7 @@ HANDLERS: Dict[str, Handler] = {
     "adopt": lambda agent, a, inp, out: agent.adopt(a["request"], a["files"], a["moved"]),
     "fence": lambda agent, a, inp, out: agent.fence(a["job"], a["moved_to"]),
     "queue": lambda agent, a, inp, out: gpuqueue.view(agent.root),
+    "gc": lambda agent, a, inp, out: reclaim.collect(agent.root, agent.payload_dir, agent.probe, a, LOCK_WAIT_S),
 }
 assert set(HANDLERS) == set(protocol.REQUESTS), "every request has exactly one handler"
 

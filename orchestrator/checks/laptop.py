@@ -14,6 +14,9 @@
   rule that excluded it (``.gitignore:3 'data/'``, ``workspace.exclude[0] '*.sh'``) and the
   ``.orchignore`` line that brings it back (``sync/excluded.py``, ``why``).
 
+The built-in trainer's data files and ``data.transform`` module are checked by ``checks/traindata.py``
+(excluded or, for ``data.mix`` and the transform, missing: exit 2; a missing ``data.train`` warns).
+
 ``launch.progress`` that would blow the server's CPU budget on a short hostile line is refused
 too, and a repeat inside a repeat warned about (``checks/progress.py``).
 
@@ -53,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.checks.progress import progress_problems
+from orchestrator.checks.traindata import train_inputs
 from orchestrator.errors import SpecError
 from orchestrator.globs.match import Patterns
 from orchestrator.globs.read import PatternError, read
@@ -123,14 +127,24 @@ def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]
     if not root.is_dir():
         what = "does not exist" if not root.exists() else "is not a folder"
         raise SpecError(f"{loaded.locate(('workspace', 'path'))}: workspace.path: {root} {what}")
+    walked: list[Chosen] = [chosen] if chosen is not None and chosen.root == root else []
+
+    def selection() -> Chosen:
+        if not walked:
+            walked.append(Chosen(root, loaded.spec.workspace.exclude))
+        return walked[0]
+
+    errors, notes = train_inputs(loaded, selection)  # traindata.py: the built-in trainer's data and transform
+    if errors:
+        raise SpecError("\n".join(errors))
     command = loaded.spec.launch.command
     if not command:
-        return []
+        return notes
     refs, args = _command_paths(list(command))
     warnings = outputs_warnings(loaded, args) + progress_problems(loaded)  # progress.py: launch.progress
     if not refs and not args:
         return warnings
-    chosen = chosen if chosen is not None and chosen.root == root else Chosen(root, loaded.spec.workspace.exclude)
+    chosen = selection()
     files = set(chosen.files())
     skipped = chosen.skipped
     rules = skipped.rules

@@ -26,8 +26,9 @@ from remote_payload.contract import protocol
 
 KEEP_DAYS = 7.0  # finished jobs, superseded attempts and idle workspaces younger than this stay
 KEEP = 3  # the newest finished jobs of each workspace stay, whatever their age
-CLASSES = {"job": "job folders", "payload": "payloads", "workspace": "workspaces", "superseded": "superseded attempts",
-           "staged": "staged trees", "temporary": "temporaries"}
+CLASSES = {"job": ("job folder", "job folders"), "payload": ("payload", "payloads"),
+           "workspace": ("workspace", "workspaces"), "superseded": ("superseded attempt", "superseded attempts"),
+           "staged": ("staged tree", "staged trees"), "temporary": ("temporary", "temporaries")}
 ITEM: protocol.Shape = {"kind": (str, protocol.REQUIRED), "name": (str, protocol.REQUIRED),
                         "bytes": (int, protocol.REQUIRED), "note": (str, protocol.REQUIRED),
                         "at": (protocol.MAYBE_NUMBER, protocol.OPT), "status": (dict, protocol.OPT)}
@@ -87,10 +88,10 @@ class Listing:
         return out
 
     def summary(self) -> str:
-        """``12.0 MB: 3 job folders 11.2 MB, 1 payloads 0.8 MB`` (nothing: ``nothing``)."""
+        """``12.0 MB (3 job folders 11.2 MB, 1 payload 0.8 MB)`` (nothing: ``nothing``)."""
         if not self.items:
             return "nothing"
-        parts = [f"{n} {CLASSES[kind]} {size_text(size)}" for kind, (n, size) in self.by_class().items()]
+        parts = [f"{n} {CLASSES[kind][n != 1]} {size_text(size)}" for kind, (n, size) in self.by_class().items()]
         return f"{size_text(self.total)} ({', '.join(parts)})"
 
     def kept_line(self) -> str:

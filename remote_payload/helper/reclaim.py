@@ -212,7 +212,7 @@ class Collector:
                     self.keep("not fetched")
                 else:
                     self.add("job", "jobs/" + job["id"],
-                             "%s%s" % (job["status"].get("state"), ", fetched" if job["id"] in fetched else ""),
+                             "%s%s, ended" % (job["status"].get("state"), ", fetched" if job["id"] in fetched else ""),
                              {"status": job["status"], "at": ended})
 
     def find_named(self, names: List[str], jobs: List[Dict[str, Any]]) -> None:
@@ -464,7 +464,7 @@ def usage(root: str, payload_dir: str) -> Dict[str, Any]:
     try:
         vfs = os.statvfs(root)
         disk = {"total_bytes": vfs.f_blocks * vfs.f_frsize, "free_bytes": vfs.f_bavail * vfs.f_frsize,
-                "used_bytes": (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize}
+                "used_bytes": (vfs.f_blocks - vfs.f_bavail) * vfs.f_frsize}  # what orch cannot write to
     except OSError:
         disk = {}
     return {"classes": {kind: {"bytes": row[0], "count": row[1]} for kind, row in out.items()}, "disk": disk}

@@ -115,6 +115,6 @@ def test_a_host_with_gc_keep_days_collects_at_the_end_of_each_submit(orch: Orch,
     folder = orch.cwd / "job"
     folder.mkdir()
     proc = orch("submit", str(write_job(folder, "quick", "box", QUICK)), "--json")
-    assert "box: gc freed" in proc.stderr and "payloads" in proc.stderr, proc.stderr
+    assert "box: gc freed" in proc.stderr and "1 payload " in proc.stderr, proc.stderr
     assert not any((orch.remote_root / name).exists() for name in gone)
     assert orch.wait_state(json.loads(proc.stdout)["job_id"], ENDED)["state"] == "succeeded"

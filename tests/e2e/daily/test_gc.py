@@ -27,8 +27,9 @@ ENDED = ("succeeded", "failed", "cancelled", "lost")
 
 
 def leftovers(root: Path) -> list[str]:
-    """An older orch's payload, staged code no launch took (two days old) and an interrupted
-    launch's temporary (two hours old), as earlier orch runs leave them."""
+    """An older orch's payload, staged code no launch took (two days old), an interrupted
+    launch's temporary (two hours old) and a moved job's superseded attempt, as earlier orch
+    runs leave them."""
     payload = root / "payload" / OLD_PAYLOAD / "remote_payload"
     payload.mkdir(parents=True)
     (payload / "__init__.py").write_text("# an older orch\n" * 100)
@@ -38,9 +39,13 @@ def leftovers(root: Path) -> list[str]:
     temp = root / "jobs" / ".tmp-gone-123"
     temp.mkdir(parents=True)
     (temp / "job.json").write_text("{}")
+    aside = root / "jobs" / ".superseded" / "moved-20261201-000000-abcd-20261201-120000"  # move/job.py set_aside's
+    aside.mkdir(parents=True)
+    (aside / "superseded.json").write_text('{"moved_to": "other"}')
     for path, age in ((staged, 2 * 86400), (temp, 2 * 3600)):
         os.utime(path, (time.time() - age, time.time() - age))
-    return [f"payload/{OLD_PAYLOAD}", "staged/a-token-of-yesterday", "jobs/.tmp-gone-123"]
+    return [f"payload/{OLD_PAYLOAD}", "staged/a-token-of-yesterday", "jobs/.tmp-gone-123",
+            f"jobs/.superseded/{aside.name}"]
 
 
 def test_gc_frees_what_it_listed_and_leaves_running_and_queued_jobs_alone(orch: Orch, host: str,

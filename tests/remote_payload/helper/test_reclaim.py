@@ -1,6 +1,6 @@
 """remote_payload/helper/reclaim.py on a real root: an interrupted gc's trash is removed by the
-next one (never a gc's still at work), and what a removal frees counts a hard-linked file only
-when every link to it goes."""
+next one (never a gc's still at work), a workspace a sync holds stays, and what a removal frees
+counts a hard-linked file only when every link to it goes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from remote_payload.contract.jobfolder import atomic_write_json
-from remote_payload.helper import reclaim
+from remote_payload.helper import reclaim, workspace
 from remote_payload.helper.agent import Agent
+from remote_payload.jobdir import lease
 
 RULE = {"dry_run": False, "keep_days": 0, "keep": 0, "fetched": [], "all_finished": True, "projects": [],
         "only": None, "jobs": None}
@@ -68,3 +69,21 @@ def test_a_file_linked_from_a_kept_folder_frees_nothing_one_linked_only_inside_c
     removed = gc(root, projects=["p-1"], only=[i["name"] for i in listed["items"]])
     assert [(i["name"], i["bytes"]) for i in removed["items"]] == [("jobs/j-20261205-000000-abcd", freed)]
     assert not job.exists() and (kept / "train.py").read_bytes() == b"t" * 700
+
+
+def test_a_workspace_whose_sync_lease_is_held_stays_and_goes_once_it_is_free(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for name in ("idle-1", "syncing-2"):
+        (root / "workspace" / name).mkdir(parents=True)
+        (root / "workspace" / name / "a.py").write_text("x")
+        (root / "state").mkdir(exist_ok=True)
+        atomic_write_json(str(root / "state" / f"sync-{name}.json"), {"files": {}, "generation": "g"})
+    held = lease.acquire(workspace.record_lock(str(root), "syncing-2"), "receive syncing-2")
+    try:
+        done = gc(root)
+        assert [i["name"] for i in done["items"]] == ["workspace/idle-1"] and done["kept"] == {"workspace a sync holds": 1}
+        assert (root / "workspace" / "syncing-2" / "a.py").exists() and (root / "state" / "sync-syncing-2.json").exists()
+    finally:
+        held.release()
+    assert [i["name"] for i in gc(root)["items"]] == ["workspace/syncing-2"]
+    assert not (root / "state" / "sync-syncing-2.json").exists() and not list((root / "workspace").iterdir())

@@ -131,8 +131,8 @@ def payloads_in_use() -> Optional[Set[str]]:
 
 def _trash_owner_alive(name: str) -> bool:
     """A ``.gc-<pid>-…`` name whose gc is still deleting it (a live helper with that pid)."""
-    pid = name[len(TRASH):].split("-", 1)[0]
-    return pid.isdigit() and pid_alive(int(pid), lease.HELPER_MARK)
+    pid = name[len(TRASH):].split("-", 1)[0]  # this helper's own: an earlier process's (a reused pid), or done
+    return pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid), lease.HELPER_MARK)
 
 
 class Collector:
@@ -352,9 +352,13 @@ def _record_files(root: str, name: str) -> List[str]:
 def _to_trash(path: str) -> Optional[str]:
     """``path`` renamed to ``.gc-<pid>-<name>`` beside it; None when it is gone already."""
     name = os.path.basename(path)
-    target = os.path.join(os.path.dirname(path), "%s%d-%s" % (TRASH, os.getpid(), name[-200:]))
     if name.startswith(TRASH):
         return path if os.path.lexists(path) else None
+    target = os.path.join(os.path.dirname(path), "%s%d-%s" % (TRASH, os.getpid(), name[-200:]))
+    n = 1
+    while os.path.lexists(target):  # an earlier gc of a process with this pid left one of that name
+        n += 1
+        target = os.path.join(os.path.dirname(path), "%s%d-%d-%s" % (TRASH, os.getpid(), n, name[-200:]))
     try:
         os.rename(path, target)
     except FileNotFoundError:

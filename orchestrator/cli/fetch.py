@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.fetch import links, unfetched
+from orchestrator.fetch import links, trackers, unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
 from orchestrator.fetch import leftovers
 from orchestrator.fetch import DEFAULT_INTERVAL_S
@@ -38,10 +38,13 @@ from orchestrator.fetch import DEFAULT_INTERVAL_S
 @click.option("--keep-checkpoints", is_flag=True,
               help="With --watch: keep every checkpoint fetched (default: remove local step-* folders the "
                    "server no longer keeps, as its keep_checkpoints does).")
+@click.option("--wandb-sync", is_flag=True,
+              help="Then run `wandb sync` on the fetched offline W&B runs (wandb/offline-run-*; outputs: must "
+                   "select wandb/), with the laptop's wandb; exit 1 when it is not installed or the sync fails.")
 @pass_app
 def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns: tuple[str, ...],
               everything: bool, follow_links: bool, as_json: bool, watch: bool, interval: float,
-              keep_checkpoints: bool) -> None:
+              keep_checkpoints: bool, wandb_sync: bool) -> None:
     """Download what the job's `outputs` select, verified by sha256; idempotent.
 
     Patterns match both the job folder ($ORCH_JOB_DIR) and what the job wrote in its
@@ -53,6 +56,10 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     A checkpoint folder (checkpoints/step-N/) lands whole: it is fetched into a hidden
     .part-step-N/ and renamed once every file is verified; while the job runs, only once it
     holds COMPLETE.
+
+    Tracker folders come like any other output: `outputs: [outputs/, runs/, wandb/]`
+    brings TensorBoard's runs/ and W&B's wandb/; --wandb-sync then uploads the offline
+    W&B runs with the laptop's `wandb sync`.
 
     Symlinks the job made are never followed on the server: each one the patterns select is
     named, with where it points and whether that is inside the job folder;
@@ -68,6 +75,7 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
       orch fetch gpt2-lora --dest ~/runs --checkpoints
       orch fetch gpt2-lora --include 'results/' --include '*.pt'
       orch fetch gpt2-lora --watch --interval 60
+      orch fetch gpt2-lora --wandb-sync
     """
     if (keep_checkpoints or interval != DEFAULT_INTERVAL_S) and not watch:
         raise UsageError("--interval and --keep-checkpoints go with --watch")
@@ -75,6 +83,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
         raise UsageError("--json goes without --watch (a watch prints as it goes)")
     if follow_links and watch:
         raise UsageError("--follow-links-inside goes without --watch")
+    if wandb_sync and watch:
+        raise UsageError("--wandb-sync goes without --watch (an offline run is synced once it is finished)")
     record = app.registry.get(job)
     with_checkpoints = watch if checkpoints is None else checkpoints
     extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
@@ -109,6 +119,8 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
                    f"{len(summary.unchanged)} already there")
     if summary.unwritable:  # the rest is here; these names cannot be on this laptop
         raise unwritable_error(summary)
+    if wandb_sync and trackers.sync(summary.dest, app.say) != 0:
+        raise SystemExit(1)
 
 
 COMMANDS = [fetch_cmd]

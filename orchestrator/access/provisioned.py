@@ -30,12 +30,12 @@ from orchestrator.providers.open import provider_of
 # How long a failed state must last before orch stops waiting: right after a power-on a provider
 # may still report the old dead container for a few seconds (vast's ``exited``).
 DEAD_GRACE_S = 20.0
-DOWN: tuple[State, ...] = ("off", "released", "failed")  # no job runs on the instance any more
+DOWN: tuple[State, ...] = ("off", "released", "failed", "preempted")  # no job runs on the instance any more
 
 
 class InstanceDown(HostError):
-    """``connectable``'s refusal when the provider says the instance is off, released or failed
-    (``DOWN``): the provider's name, the instance, orch's word for the state and the provider's
+    """``connectable``'s refusal when the provider says the instance is off, released, failed
+    or preempted (``DOWN``): the provider's name, the instance, orch's word for the state and the provider's
     own (``status``), for a follow or watch to stop on. The message is ``connectable``'s."""
 
     def __init__(self, message: str, host: str, provider: str, instance: str, state: State, status: str) -> None:
@@ -63,6 +63,14 @@ def connectable(host: Host) -> Host:
     return host.live(end.address, end.port, end.user or host.user, end.password)
 
 
+def instance_now(host: Host) -> Instance:
+    """What ``host``'s provider says of its instance now (one call): its state — ``preempted``
+    when the provider took an interruptible instance's GPU back (``Instance.preempted``),
+    ``off``, ``released``, ``failed``, ... — its provider's words and price."""
+    assert host.provider is not None
+    return provider_of(host).instance(host.provider.instance)
+
+
 def describe(found: Instance) -> str:
     """``running, 1.98 CNY/h``: the state and the price the provider reports."""
     price = f", {found.price_per_hour:g} {found.currency}/h".rstrip() if found.price_per_hour is not None else ""
@@ -81,6 +89,11 @@ def bring_up(host: Host, say: Callable[[str], None], probe: Callable[[Host], Non
     if state in ("off", "failed"):
         say(f"{host.name}: powering on {provider.name} instance {instance} ({describe(provider.instance(instance))})")
         power_on_retrying(provider, instance, say)
+    elif state == "preempted":
+        raise HostError(f"{host.name}: the {provider.name} instance {instance} was preempted ({status}): the "
+                        "provider gave its GPU to a higher bid or took it back; it runs again only when it wins its "
+                        f"GPU back (vast: a higher bid). `orch release {host.name}` gives it back (its disk bills "
+                        "until then)")
     elif state in ("released", "unknown", "stopping"):
         raise HostError(f"{host.name}: the {provider.name} instance {instance} is {status or state}; "
                         "it cannot be powered on now")
@@ -118,7 +131,13 @@ def bring_down(host: Host, say: Callable[[str], None]) -> None:
     if state == "off":
         say(f"{host.name}: already off")
         return
-    if state != "stopping":  # powering itself off already (on_finish from inside the box)
+    if state == "preempted":  # stopped by its provider; asked to stay off, where the provider takes it
+        try:
+            provider.power_off(instance)
+        except ProviderError as exc:
+            say(f"{host.name}: already stopped by {provider.name} (preempted: {status}); {exc.message}")
+            return
+    elif state != "stopping":  # powering itself off already (on_finish from inside the box)
         provider.power_off(instance)
     deadline = time.monotonic() + up_timeout_s()
     while state != "off":

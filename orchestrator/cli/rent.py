@@ -11,15 +11,13 @@ import click
 from click.core import ParameterSource
 from pydantic import ValidationError
 
-from orchestrator.access import keys
-from orchestrator.access.power import login, remember_price
-from orchestrator.access.provisioned import bring_up
+from orchestrator.access import rent as rented
+from orchestrator.access.rent import RentRequest
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, pass_app
 from orchestrator.errors import UsageError
-from orchestrator.hosts.inventory import DEFAULT_ROOT, LOCAL, Host, ProviderRef
-from orchestrator.providers.api import Provider, ProviderError, Wanted
-from orchestrator.providers.open import open_named
+from orchestrator.hosts.inventory import Host
+from orchestrator.providers.api import Provider
 from orchestrator.providers.registry import PROVIDERS, RENTABLE
 from orchestrator.spec.model import ENV_KEY_RE
 
@@ -39,6 +37,11 @@ from orchestrator.spec.model import ENV_KEY_RE
               help="Least reliability an offer may have (vast: 0.95 unless given).")
 @click.option("--image", default=None, help="Container image (default: a PyTorch image of the provider's; AutoDL: a "
               "base image's uuid or tag, or one of your saved images).")
+@click.option("--interruptible", is_flag=True, help="Rent an interruptible (spot) instance by a bid: cheaper, but the "
+              "provider may stop it for a higher bid (vast.ai, RunPod; `orch instances` then shows it preempted).")
+@click.option("--bid", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --interruptible: the bid in USD per hour for the whole instance (default: the offer's "
+              "least bid); offers whose least bid is higher do not match.")
 @click.option("--region", default=None, help="AutoDL: data centers to rent in, comma-separated codes or names "
               "(default: AutoDL chooses).")
 @click.option("--token-env", default=None, help="Variable holding the API key (default "
@@ -52,84 +55,60 @@ from orchestrator.spec.model import ENV_KEY_RE
 @click.option("-y", "--yes", is_flag=True, help="Rent without asking (scripts).")
 @pass_app
 def rent_cmd(app: App, name: str, provider: str, gpu: str, count: int, max_price: float | None, disk_gb: int,
-             min_reliability: float | None, image: str | None, region: str | None, token_env: str | None,
-             api_url: str | None, key: Path | None, root: str | None, python: str, user: str, yes: bool) -> None:
+             min_reliability: float | None, image: str | None, interruptible: bool, bid: float | None,
+             region: str | None, token_env: str | None, api_url: str | None, key: Path | None, root: str | None,
+             python: str, user: str, yes: bool) -> None:
     """Rent a GPU instance on vast.ai or RunPod (search offers, show the best one and its price)
     or an AutoDL Pro instance (the GPU specification, image and region you name), create it after
     a yes (or --yes), wait until SSH answers, and add it as a host.
 
     The entry keeps the provider, the instance id, the token variable's NAME and --api-url,
     never the token. Creation is sent once, never retried. `orch down`/`up` stop and start it,
-    `orch release` destroys it.
+    `orch release` destroys it. --interruptible rents by a bid (shown with the on-demand price).
 
     \b
     Examples:
       export VAST_API_KEY=...
       orch rent g1 --provider vast --gpu RTX_4090 --max-price 0.5 --disk 60
       orch rent g2 --provider runpod --gpu "RTX 4090" --count 2 --yes
+      orch rent s1 --provider vast --gpu RTX_4090 --interruptible --bid 0.25
       orch rent a1 --provider autodl --gpu 4090D --region westDC3 --yes
     """
     facts = PROVIDERS[provider]  # its token variable, image, root and presets (providers/registry.py)
     token_env = token_env or facts.token_env
     if not ENV_KEY_RE.match(token_env):
         raise UsageError(f"--token-env wants a variable NAME (like {facts.token_env}), got {token_env!r}")
-    if name == LOCAL or (app.inventory.dir / f"{name}.json").is_file():
-        raise UsageError(f"a host named {name} exists already: choose another name (orch hosts ls)")
     try:
-        draft = Host(name=name, root=root or facts.root or DEFAULT_ROOT, python=python, user=user,
-                     presets=facts.presets,
-                     provider=ProviderRef(name=provider, instance="new", token_env=token_env,  # type: ignore[arg-type]
-                                          api_url=api_url))
+        request = RentRequest(name=name, provider=provider, gpu=gpu, count=count, max_price=max_price, disk_gb=disk_gb,
+                              min_reliability=min_reliability, image=image, interruptible=interruptible, bid=bid,
+                              token_env=token_env, api_url=api_url, key=key, root=root, python=python, user=user)
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        raise UsageError(f"invalid {where}: {str(error['msg']).removeprefix('Value error, ')}") from None
-    market = open_named(provider, token_env, api_url)
+        raise UsageError(f"invalid --{'-'.join(str(p) for p in error.get('loc', ()))}: {error['msg']}") from None
+    request.wanted()  # a bid without --interruptible or above --max-price: exit 2 before anything else
+    draft = rented.draft(app.inventory, request)
+    command = _command(request, region)
+    market = rented.market(request)
     if isinstance(market, RentsBySpec):
         given = click.get_current_context().get_parameter_source("disk_gb") != ParameterSource.DEFAULT
         assert facts.image is not None  # --provider is one of RENTABLE: each has an image
-        command = _command(name, provider, gpu, count, max_price, disk_gb, min_reliability, image, token_env,
-                           api_url, key, root, python, user, region)
         return _rent_spec(app, market, draft, gpu, count, max_price, disk_gb if given else 0, min_reliability,
                           image or facts.image, region, key, yes, command)
     if region:
         raise UsageError(f"--region is for a provider that rents by specification; {provider} rents offers: "
                          "its search finds where")
-    wanted = Wanted(gpu=gpu, count=count, max_price=max_price, disk_gb=disk_gb, min_reliability=min_reliability)
-    offers = market.search(wanted)
-    if not offers:
-        raise ProviderError(provider, "search", f"no offer of {count}x {gpu}" +
-                            (f" under {max_price:g} {facts.currency}/h" if max_price is not None else "") +
-                            f" with {disk_gb} GB of disk matches now: try another GPU, price or disk")
-    best = offers[0]
-    app.say(f"best of {len(offers)} matching offer{'s' if len(offers) != 1 else ''}: {provider} offer {best.id}: "
+    found = rented.offers(market, request)
+    best = found[0]
+    app.say(f"best of {len(found)} matching offer{'s' if len(found) != 1 else ''}: {provider} offer {best.id}: "
             f"{best.describe()}")
-    answer = yes or confirm(f"Rent it as {name} at {best.price_per_hour:.3g} {best.currency}/h (billing starts "
-                            "now)?", default=False)
+    price = (f"a bid of {best.price_per_hour:.3g} {best.currency}/h (interruptible: the provider may stop it for a "
+             "higher bid)" if best.interruptible else f"{best.price_per_hour:.3g} {best.currency}/h")
+    answer = yes or confirm(f"Rent it as {name} at {price} (billing starts now)?", default=False)
     if answer is None:
-        raise UsageError("renting starts billing; to rent it: " + _command(name, provider, gpu, count, max_price,
-                                                                           disk_gb, min_reliability, image,
-                                                                           token_env, api_url, key, root, python,
-                                                                           user, region))
+        raise UsageError("renting starts billing; to rent it: " + command)
     if not answer:
         raise UsageError("nothing was rented")
-    private, public_line = keys.orch_key(key, app.say)
-    label = f"orch-{name}"
-    assert facts.image is not None  # --provider is one of RENTABLE: each has an image
-    instance = market.create(best, image or facts.image, disk_gb, label, public_line)
-    assert draft.provider is not None
-    host = draft.model_copy(update={"provider": draft.provider.model_copy(update={"instance": instance}),
-                                    "identity_file": str(private), "price_per_hour": best.price_per_hour})
-    app.inventory.save(host)
-    app.say(f"{name}: rented {provider} instance {instance} at {best.price_per_hour:.3g} {best.currency}/h; "
-            "waiting until SSH answers")
-    try:
-        market.authorize_key(instance, public_line)
-    except BaseException:
-        app.say(f"{name}: {provider} instance {instance} is rented and billing: `orch up {name}` waits for it "
-                f"again, `orch release {name}` destroys it")
-        raise
-    _up(app, host, market, instance)
+    rented.rent_offer(app.inventory, request, market, best, app.say)
 
 
 class SpecOrder(Protocol):
@@ -172,40 +151,26 @@ def _rent_spec(app: App, provider: Provider, draft: Host, gpu: str, count: int, 
                                     "identity_file": str(key) if key else None})
     app.inventory.save(host)
     app.say(f"{draft.name}: rented {provider.name} instance {instance}; waiting until SSH answers")
-    _up(app, host, provider, instance)
+    rented.wait_up(app.inventory, host, provider, instance, app.say)
 
 
-def _up(app: App, host: Host, provider: Provider, instance: str) -> None:
-    """Wait until the rented instance answers SSH (its host key pinned), keep its price, say so;
-    on any failure say that it is rented and billing and how to go on."""
-    try:
-        live = bring_up(host, app.say, login(app.inventory, app.say, trust=True))
-    except BaseException:
-        app.say(f"{host.name}: {provider.name} instance {instance} is rented and billing: `orch up {host.name}` "
-                f"waits for it again, `orch release {host.name}` destroys it")
-        raise
-    remember_price(app.inventory, host)
-    app.say(f"{host.name}: up, SSH answers at {live.user}@{live.address}:{live.port}; `orch down {host.name}` stops "
-            f"it, `orch release {host.name}` destroys it")
-
-
-def _command(name: str, provider: str, gpu: str, count: int, max_price: float | None, disk_gb: int,
-             min_reliability: float | None, image: str | None, token_env: str, api_url: str | None,
-             key: Path | None, root: str | None, python: str, user: str, region: str | None = None) -> str:
+def _command(request: RentRequest, region: str | None) -> str:
     """The ``orch rent ... --yes`` line that rents what this one showed."""
-    argv = ["orch", "rent", name, "--provider", provider, "--gpu", gpu]
-    argv += ["--count", str(count)] if count != 1 else []
-    argv += ["--max-price", f"{max_price:g}"] if max_price is not None else []
-    argv += ["--disk", str(disk_gb)] if disk_gb != 40 else []
-    argv += ["--min-reliability", f"{min_reliability:g}"] if min_reliability is not None else []
-    argv += ["--image", image] if image else []
+    argv = ["orch", "rent", request.name, "--provider", request.provider, "--gpu", request.gpu]
+    argv += ["--count", str(request.count)] if request.count != 1 else []
+    argv += ["--max-price", f"{request.max_price:g}"] if request.max_price is not None else []
+    argv += ["--disk", str(request.disk_gb)] if request.disk_gb != 40 else []
+    argv += ["--min-reliability", f"{request.min_reliability:g}"] if request.min_reliability is not None else []
+    argv += ["--image", request.image] if request.image else []
+    argv += ["--interruptible"] if request.interruptible else []
+    argv += ["--bid", f"{request.bid:g}"] if request.bid is not None else []
     argv += ["--region", region] if region else []
-    argv += ["--token-env", token_env] if token_env != PROVIDERS[provider].token_env else []
-    argv += ["--api-url", api_url] if api_url else []
-    argv += ["--key", str(key)] if key else []
-    argv += ["--root", root] if root else []
-    argv += ["--python", python] if python != "python3" else []
-    argv += ["--user", user] if user != "root" else []
+    argv += ["--token-env", request.variable()] if request.variable() != PROVIDERS[request.provider].token_env else []
+    argv += ["--api-url", request.api_url] if request.api_url else []
+    argv += ["--key", str(request.key)] if request.key else []
+    argv += ["--root", request.root] if request.root else []
+    argv += ["--python", request.python] if request.python != "python3" else []
+    argv += ["--user", request.user] if request.user != "root" else []
     return shlex.join([*argv, "--yes"])
 
 

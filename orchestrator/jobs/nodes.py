@@ -59,6 +59,11 @@ def stopped_words(down: InstanceDown, job_id: str, registry: Registry) -> str:
     said = down.status or down.state
     said += "" if said == down.state else f" ({'powered off' if down.state == 'off' else down.state})"
     head = f"{down.host}: {down.provider} says the instance {down.instance} is {said}"
+    if down.state == "preempted":
+        kit = kits.recorded(registry.path, job_id)
+        return (f"{head}: {job_id} stopped with it; orch resume {job_id} once the instance runs again"
+                + (f", or orch resume {job_id} --on OTHER_HOST from the copy orch fetch --watch kept in {kit}"
+                   if kit is not None else ""))
     if down.state != "released":
         return f"{head}: {job_id} stopped with it; orch up {down.host}, then orch resume {job_id}"
     kit = kits.recorded(registry.path, job_id)

@@ -26,8 +26,12 @@ from typing import Any, Callable, Literal
 from orchestrator import settings
 from orchestrator.errors import OrchError
 
-# What orch makes of a provider's own words for an instance's state.
-State = Literal["running", "off", "starting", "stopping", "creating", "released", "failed", "unknown"]
+# What orch makes of a provider's own words for an instance's state. ``preempted``: an
+# interruptible instance that lost its GPU to a higher bid or to the provider (vast's outbid
+# instance, RunPod's interrupted spot pod) — off, its disk kept, no job running on it.
+State = Literal["running", "off", "starting", "stopping", "creating", "released", "failed", "preempted", "unknown"]
+# States in which the instance holds no GPU and runs nothing (its disk may still be billed).
+STOPPED: tuple[State, ...] = ("off", "released", "preempted")
 
 
 class ProviderError(OrchError):
@@ -90,14 +94,22 @@ class Instance:
     gpu: str = ""
     created_at: datetime | None = None
     gpu_held: bool = False
+    interruptible: bool = False
 
     @property
     def bills(self) -> bool:
         """Whether the instance is (or may be) charged for: on, on its way up or down, being
         created, off while its provider still holds its GPU, ``failed`` — still rented (vast's
         ``exited``/``offline``, RunPod's ``ERROR``, AutoDL's ``failed``) until someone releases
-        it — or in a state orch does not know (vast's ``unknown``: no word from its host)."""
-        return self.state not in ("off", "released") or self.gpu_held
+        it — or in a state orch does not know (vast's ``unknown``: no word from its host). Off,
+        released and preempted instances bill at most their disk."""
+        return self.state not in STOPPED or self.gpu_held
+
+    @property
+    def preempted(self) -> bool:
+        """The provider took the instance's GPU back (outbid, interrupted): what a caller that
+        watches a box tests for (``state == "preempted"``)."""
+        return self.state == "preempted"
 
 
 @dataclass(frozen=True)
@@ -125,11 +137,25 @@ class Offer:
     reliability: float | None = None
     where: str = ""
     ref: tuple[tuple[str, str], ...] = ()
+    bid: float | None = None
+    on_demand_per_hour: float | None = None
+
+    @property
+    def interruptible(self) -> bool:
+        """An offer rented as an interruptible (spot) instance at ``bid``: ``price_per_hour``
+        is then the bid (what it costs while it runs), ``on_demand_per_hour`` the provider's
+        price for the same machine rented on demand (None where it did not say)."""
+        return self.bid is not None
 
     def describe(self) -> str:
-        """``1x RTX 4090 (24 GB), 0.35 USD/h, reliability 0.99, disk 100 GB, Norway``."""
-        words = [f"{self.count}x {self.gpu}" + (f" ({self.gpu_memory_gb:g} GB)" if self.gpu_memory_gb else ""),
-                 f"{self.price_per_hour:.3g} {self.currency}/h"]
+        """``1x RTX 4090 (24 GB), 0.35 USD/h, reliability 0.99, disk 100 GB, Norway``; an
+        interruptible offer ``..., bid 0.2 USD/h (interruptible; on demand 0.41 USD/h), ...``."""
+        price = f"{self.price_per_hour:.3g} {self.currency}/h"
+        if self.bid is not None:
+            price = f"bid {price} (interruptible" + (
+                f"; on demand {self.on_demand_per_hour:.3g} {self.currency}/h)" if self.on_demand_per_hour is not None
+                else ")")
+        words = [f"{self.count}x {self.gpu}" + (f" ({self.gpu_memory_gb:g} GB)" if self.gpu_memory_gb else ""), price]
         if self.reliability is not None:
             words.append(f"reliability {self.reliability:.3f}".rstrip("0").rstrip("."))
         if self.disk_gb is not None:
@@ -142,13 +168,39 @@ class Offer:
 @dataclass(frozen=True)
 class Wanted:
     """What ``orch rent`` asks a marketplace for: ``gpu`` matched against the provider's GPU
-    names without regard to case, spaces, dashes or underscores."""
+    names without regard to case, spaces, dashes or underscores. ``interruptible``: an
+    interruptible (spot) instance, rented by a bid: ``bid`` USD per hour for the whole
+    instance (None: the offer's own minimum bid); an offer whose minimum bid is above ``bid``
+    does not match, and ``max_price`` caps the bid placed. Without ``interruptible`` a ``bid``
+    is refused (``problem``)."""
 
     gpu: str
     count: int = 1
     max_price: float | None = None
     disk_gb: int = 40
     min_reliability: float | None = None
+    interruptible: bool = False
+    bid: float | None = None
+
+    def problem(self) -> str | None:
+        """What is wrong with the request as a whole (a bid without ``interruptible``, a bid
+        above ``max_price``, a bid that is not a positive price); None when nothing is."""
+        if self.bid is not None and not self.interruptible:
+            return "a bid is for an interruptible instance: add --interruptible"
+        if self.bid is not None and not (self.bid > 0):
+            return f"the bid must be a positive price, not {self.bid:g}"
+        if self.bid is not None and self.max_price is not None and self.bid > self.max_price:
+            return f"the bid {self.bid:g} is above --max-price {self.max_price:g}"
+        return None
+
+    def bid_for(self, min_bid: float) -> float | None:
+        """The bid to place on an offer whose minimum bid is ``min_bid``: ``bid`` where given
+        (None when it is below the minimum: the offer does not match), else the minimum; None
+        when that is above ``max_price``."""
+        placed = min_bid if self.bid is None else self.bid
+        if placed < min_bid or (self.max_price is not None and placed > self.max_price):
+            return None
+        return round(placed, 4)
 
     def gpu_matches(self, *names: str) -> bool:
         want = _squash(self.gpu)
@@ -224,8 +276,15 @@ class Provider:
 
     def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
         """Rent ``offer`` with ``image`` and ``disk_gb``; the new instance's id. Sent once;
-        ``public_key`` (an OpenSSH line) goes in where the provider takes one at creation."""
+        ``public_key`` (an OpenSSH line) goes in where the provider takes one at creation. An
+        interruptible offer (``offer.bid``) is rented as one, at that bid; a bid the provider
+        refuses (below its minimum) is a ``ProviderError`` with the provider's words."""
         raise NotSupported(self.name, "create", "not available through orch")
+
+    def change_bid(self, instance_id: str, bid: float) -> None:
+        """Change an interruptible instance's bid to ``bid`` USD per hour for the instance
+        (vast's ``change bid``): a higher bid may win its GPU back."""
+        raise NotSupported(self.name, "change bid", f"{self.name} has no bid to change")
 
     def authorize_key(self, instance_id: str, public_key: str) -> None:
         """Let ``public_key`` log in to a created instance, where the provider takes keys

@@ -44,7 +44,9 @@ class ProviderEntry:
     ``hosts add`` asks for one). ``currency``: what its prices are in. ``image``: the container
     image ``orch rent`` starts, None where orch does not rent (the instance is added with
     ``orch hosts add --provider``). ``preset``: the provider's own preset, named like the
-    provider; its ``root`` is where orch keeps its files on a rented box."""
+    provider; its ``root`` is where orch keeps its files on a rented box. ``interruptible``:
+    its API rents interruptible (spot) instances by a bid (``orch rent --interruptible``);
+    ``no_interruptible`` says why not where it does not."""
 
     name: str
     adapter: str
@@ -52,6 +54,8 @@ class ProviderEntry:
     currency: str
     image: str | None = None
     preset: Preset | None = None
+    interruptible: bool = False
+    no_interruptible: str = ""
 
     @property
     def rentable(self) -> bool:
@@ -81,6 +85,8 @@ _PROVIDERS = (
         token_env="AUTODL_TOKEN",
         currency="CNY",
         image="base-image-l2t43iu6uk",  # AutoDL's PyTorch 2.0.0 / CUDA 11.8 base image (docs/providers.md)
+        no_interruptible="AutoDL has no interruptible instances: its API documents no bid, spot or preemptible "
+        "rental (docs/providers.md)",
         preset=Preset(
             env={"HF_HOME": "/root/autodl-tmp/hf"},
             root="/root/autodl-tmp/orch",
@@ -94,6 +100,7 @@ _PROVIDERS = (
         token_env="VAST_API_KEY",
         currency="USD",
         image="pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+        interruptible=True,
     ),
     ProviderEntry(
         name="runpod",
@@ -101,6 +108,7 @@ _PROVIDERS = (
         token_env="RUNPOD_API_KEY",
         currency="USD",
         image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+        interruptible=True,
         preset=Preset(  # a stopped pod keeps only its volume at /workspace
             root="/workspace/orch",
             shutdown_argv=("sh", "-c", 'runpodctl stop pod "$RUNPOD_POD_ID"'),

@@ -11,6 +11,15 @@ published and orch's public key in its ``PUBLIC_KEY`` variable, which RunPod's i
 pod keeps only its persistent mount (``/workspace``); its container disk is wiped, so orch's root
 on a RunPod host is ``/workspace/orch``. Prices are USD per hour. ``--api-url URL`` serves both:
 REST under ``URL/v2``, GraphQL at ``URL/graphql``.
+
+Interruptible (spot) pods: REST v2 has none (no field of ``CreatePodRequest``, whose schema
+refuses unknown ones, no spot price in the catalog), and v1's ``interruptible: true`` is retired
+with v1; GraphQL still rents them: ``gpuTypes { lowestPrice(input: {gpuCount, secureCloud}) {
+gpuTypeId minimumBidPrice uninterruptablePrice } }`` gives the least bid per GPU, the mutation
+``podRentInterruptable(input: PodRentInterruptableInput)`` rents at ``bidPerGpu``. REST v2 reads
+the pod as any other; a spot pod (GraphQL ``podType`` ``INTERRUPTABLE``) that REST reports
+``EXITED`` while GraphQL's ``desiredStatus`` is not ``EXITED`` (nobody stopped it) was
+interrupted: ``preempted``.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.parse
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +51,12 @@ STATES: dict[str, State] = {"PROVISIONING": "creating", "STARTING": "starting", 
 # (the two clocks differ); an older pod of the same name is someone else's
 _CLOCK_SLACK_S = 600.0
 BALANCE_QUERY = "query OrchBalance { myself { clientBalance } }"
+# runpodctl api/cloud.go GetCloud: the least bid (per GPU) and the on-demand price per GPU type
+SPOT_QUERY = ("query OrchSpot($input: GpuLowestPriceInput!) { gpuTypes { id lowestPrice(input: $input) "
+              "{ gpuTypeId minimumBidPrice uninterruptablePrice } } }")
+# SkyPilot sky/provision/runpod/api/pods.py and dstack's runpod api_client: the spot pod's create
+RENT_SPOT = ("mutation OrchRentSpot($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) "
+             "{ id desiredStatus } }")
 
 
 class RunPod(Marketplace):
@@ -73,8 +89,41 @@ class RunPod(Marketplace):
             gpus = answer.get("gpus") if isinstance(answer, dict) else None
             if not isinstance(gpus, list):
                 raise ProviderError(self.name, "search", "answer has no gpus list")
-            offers += [o for o in (_offer(row, cloud, wanted) for row in gpus) if o is not None]
+            found = [o for o in (_offer(row, cloud, replace(wanted, interruptible=False, bid=None, max_price=None)
+                                        if wanted.interruptible else wanted) for row in gpus) if o is not None]
+            if wanted.interruptible and found:
+                found = self._spot_offers(found, cloud, wanted)
+            offers += found
         return sorted(offers, key=lambda o: o.price_per_hour)
+
+    def _spot_offers(self, offers: list[Offer], cloud: str, wanted: Wanted) -> list[Offer]:
+        """``offers`` (on demand, in ``cloud``) as spot offers: GraphQL ``lowestPrice`` per GPU
+        type for ``wanted.count`` GPUs in that cloud, a ``minimumBidPrice`` above 0 (per GPU)
+        where RunPod rents it interruptible (runpodctl shows "Reserved" otherwise); the bid
+        ``wanted.bid_for`` the machine's minimum, on-demand the catalog's price."""
+        answer = self.graphql.request("POST", "", "search", body={"query": SPOT_QUERY, "variables": {
+            "input": {"gpuCount": wanted.count, "secureCloud": cloud == "SECURE"}}})
+        rows = _graphql_data(answer, "search").get("gpuTypes")
+        least: dict[str, float] = {}
+        for row in rows if isinstance(rows, list) else []:
+            price = row.get("lowestPrice") if isinstance(row, dict) else None
+            each = _number(price.get("minimumBidPrice")) if isinstance(price, dict) else None
+            kind = (price.get("gpuTypeId") if isinstance(price, dict) else None) or row.get("id")
+            if isinstance(kind, str) and each is not None and each > 0:
+                least[kind] = each
+        spot = []
+        for offer in offers:
+            kind = dict(offer.ref).get("gpu_type", "")
+            if kind not in least:
+                continue
+            bid = wanted.bid_for(round(least[kind] * offer.count, 4))
+            if bid is None:
+                continue
+            per_gpu = round(bid / offer.count, 4)
+            spot.append(replace(offer, price_per_hour=bid, bid=bid, on_demand_per_hour=offer.price_per_hour,
+                                ref=offer.ref + (("bid_per_gpu", f"{per_gpu:g}"),
+                                                 ("min_bid", f"{least[kind] * offer.count:g}"))))
+        return spot
 
     def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
         """``POST /pods`` once: the new pod's id. ``disk_gb`` is the persistent mount at
@@ -84,6 +133,8 @@ class RunPod(Marketplace):
         (it is what was asked for, and ``orch release`` then removes it); with none or several,
         ``CreateUncertain`` says what it found."""
         ref = dict(offer.ref)
+        if offer.bid is not None:
+            return self._create_spot(offer, image, disk_gb, label, public_key)
         body = {"name": label, "image": image, "cloud": ref.get("cloud", "SECURE"),
                 "gpu": {"id": ref.get("gpu_type", offer.gpu), "count": offer.count},
                 "disk": CONTAINER_DISK_GB, "mounts": {"persistent": {"size": disk_gb, "path": "/workspace"}},
@@ -94,6 +145,30 @@ class RunPod(Marketplace):
         except CreateUncertain as exc:
             return self._made_anyway(exc, label, started)
         pod_id = answer.get("id") if isinstance(answer, dict) else None
+        if not (isinstance(pod_id, str) and _ID.match(pod_id)):
+            raise ProviderError(self.name, "create", "the answer names no new pod (id); look at your pods "
+                                f"({self.console}) before trying again")
+        return pod_id
+
+    def _create_spot(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
+        """GraphQL ``podRentInterruptable`` once, at the offer's ``bidPerGpu``: the same pod as
+        ``create`` makes (container disk 20 GB, ``disk_gb`` at ``/workspace``, ``22/tcp``,
+        ``PUBLIC_KEY``), with ``supportPublicIp`` (a community pod needs it for direct SSH). A
+        refusal (a bid under RunPod's minimum, no machine) is RunPod's GraphQL error message."""
+        ref = dict(offer.ref)
+        spot = {"name": label, "imageName": image, "gpuTypeId": ref.get("gpu_type", offer.gpu),
+                "gpuCount": offer.count, "bidPerGpu": float(ref.get("bid_per_gpu", "0")),
+                "cloudType": ref.get("cloud", "SECURE"), "containerDiskInGb": CONTAINER_DISK_GB,
+                "volumeInGb": disk_gb, "volumeMountPath": "/workspace", "ports": "22/tcp",
+                "env": [{"key": "PUBLIC_KEY", "value": public_key}], "supportPublicIp": True}
+        started = time.time()
+        try:
+            answer = self.create_once("create", lambda: _graphql_data(self.graphql.request(
+                "POST", "", "create", body={"query": RENT_SPOT, "variables": {"input": spot}}), "create"))
+        except CreateUncertain as exc:
+            return self._made_anyway(exc, label, started)
+        made = answer.get("podRentInterruptable") if isinstance(answer, dict) else None
+        pod_id = made.get("id") if isinstance(made, dict) else None
         if not (isinstance(pod_id, str) and _ID.match(pod_id)):
             raise ProviderError(self.name, "create", "the answer names no new pod (id); look at your pods "
                                 f"({self.console}) before trying again")
@@ -127,7 +202,31 @@ class RunPod(Marketplace):
         return answer
 
     def row_state(self, row: dict[str, Any]) -> tuple[State, str]:
-        return _state(row)
+        """``status`` in orch's words; an ``EXITED`` pod that GraphQL calls a spot pod nobody
+        stopped (``_interrupted``) is ``preempted``."""
+        state, status = _state(row)
+        if status == "EXITED" and self._interrupted(str(row.get("id") or "")) is True:
+            return "preempted", "EXITED: interrupted (spot)"
+        return state, status
+
+    def instance(self, instance_id: str) -> Instance:
+        found = super().instance(instance_id)
+        return replace(found, interruptible=True) if found.state == "preempted" else found
+
+    def _interrupted(self, pod_id: str) -> bool | None:
+        """GraphQL ``pod(input: {podId}) { podType desiredStatus }``: True for a spot pod
+        (``INTERRUPTABLE``) that is not meant to be stopped, False for another, None when
+        GraphQL did not say (the state is then REST's alone)."""
+        if not _ID.match(pod_id):
+            return None
+        query = f'query OrchPod {{ pod(input: {{podId: "{pod_id}"}}) {{ id podType desiredStatus }} }}'
+        try:
+            pod = _graphql_data(self.graphql.request("POST", "", self.call, body={"query": query}), self.call).get("pod")
+        except ProviderError:
+            return None
+        if not isinstance(pod, dict):
+            return None
+        return pod.get("podType") == "INTERRUPTABLE" and pod.get("desiredStatus") not in ("EXITED", "TERMINATED")
 
     def row_price(self, row: dict[str, Any]) -> object:
         """``cost``: USD per hour now (0 while stopped)."""
@@ -141,7 +240,7 @@ class RunPod(Marketplace):
         members too: they bill), deleted ones excepted."""
         found = []
         for pod in self._pods():
-            state, status = _state(pod)
+            state, status = self.row_state(pod)
             if state == "released":
                 continue
             gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
@@ -151,7 +250,7 @@ class RunPod(Marketplace):
                                   price_per_hour=round(price, 4) if price is not None else None,
                                   label=str(pod.get("name") or "")[:80],
                                   gpu=f"{count}x {kind}" if kind and isinstance(count, int) else kind,
-                                  created_at=_time(pod.get("createdAt"))))
+                                  created_at=_time(pod.get("createdAt")), interruptible=state == "preempted"))
         return found
 
     def _pods(self) -> list[dict[str, Any]]:

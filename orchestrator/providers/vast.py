@@ -12,6 +12,13 @@ the credit is ``GET /api/v0/users/current/``. A stopped instance keeps its disk 
 storage) and may not get its GPU back while another renter holds it. Prices are USD per hour
 (``dph_total``: GPUs, disk and the rest).
 
+Interruptible instances (vast's bids): the search asks ``type: bid``, whose offers carry
+``min_bid`` (USD per hour for the machine); the create sends ``price`` (the bid), which makes
+the instance interruptible (without it vast rents on demand at ``dph_total``); ``PUT
+/api/v0/instances/bid_price/{id}/`` changes the bid. An instance outbid is paused, its disk
+kept, until its bid is the highest again: ``actual_status`` ``stopped`` while
+``intended_status`` is still ``running``, on a row whose ``is_bid`` is true, is ``preempted``.
+
 A refused key: vast answers 401 ``Invalid user key`` (the official client), and 404 with an auth
 error to some keys; both are ``ProviderAuthError``. Every field of an answer is checked before
 use; a missing or odd one is a ``ProviderError``, never a guess. vast's official SDK is not used:
@@ -21,11 +28,12 @@ it retries every request, creation included, after a timeout or an HTTP 5xx.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.providers.api import (Balance, Instance, Marketplace, Offer, OutOfStock,
-                                        ProviderAuthError, ProviderError, State, Wanted)
+from orchestrator.providers.api import (Balance, CreateUncertain, Instance, Marketplace, Offer, OutOfStock,
+                                        ProviderAuthError, ProviderError, ProviderUnreachable, State, Wanted)
 from orchestrator.providers.http import JsonClient
 
 API_URL = "https://console.vast.ai"
@@ -39,6 +47,11 @@ _STOCK_WORDS = ("no_such_ask", "not available", "unavailable", "already rented",
 _AUTH_WORDS = ("auth_error", "invalid user key", "session expired", "api key", "api_key", "unauthorized")
 # A list path vast has retired answers one of these (the v0 list answers 410 to some clients).
 _RETIRED = (404, 405, 410)
+# The bid range vast's API reference gives for ``price`` (docs.vast.ai/api-reference/instances/
+# create-instance: 0.001 <= x <= 128; change-bid: 0.001 <= x <= 32).
+BID_MIN, BID_MAX, CHANGE_BID_MAX = 0.001, 128.0, 32.0
+# how far an instance's start_date may lie before the create request and still be its own
+_CLOCK_SLACK_S = 600.0
 
 
 class Vast(Marketplace):
@@ -74,45 +87,65 @@ class Vast(Marketplace):
         """``POST /bundles/``: verified, rentable on-demand offers with ``count`` GPUs, at
         least ``disk_gb`` of disk and the reliability asked (0.95 unless said; the field the
         official client filters on, ``reliability``), under the price, cheapest first; the GPU
-        name matched here as well (vast spells names with spaces: ``RTX 4090``)."""
+        name matched here as well (vast spells names with spaces: ``RTX 4090``).
+        ``wanted.interruptible``: ``type: bid`` (the official client's ``search offers --type
+        bid``), each offer at the bid ``wanted.bid_for`` its ``min_bid`` places, under the cap
+        (``min_bid`` filtered on: an offer field of the official client's query)."""
         reliability = DEFAULT_RELIABILITY if wanted.min_reliability is None else wanted.min_reliability
         query: dict[str, Any] = {
             "verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True}, "rented": {"eq": False},
             "gpu_name": {"eq": wanted.gpu.replace("_", " ")}, "num_gpus": {"eq": wanted.count},
             "disk_space": {"gte": wanted.disk_gb}, "reliability": {"gte": reliability},
-            "order": [["dph_total", "asc"]], "type": "on-demand", "allocated_storage": wanted.disk_gb,
+            "order": [["min_bid" if wanted.interruptible else "dph_total", "asc"]],
+            "type": "bid" if wanted.interruptible else "on-demand", "allocated_storage": wanted.disk_gb,
             "limit": SEARCH_LIMIT,
         }
-        if wanted.max_price is not None:
+        cap = wanted.bid if wanted.bid is not None else wanted.max_price
+        if wanted.interruptible and cap is not None:
+            query["min_bid"] = {"lte": cap}
+        elif wanted.max_price is not None:
             query["dph_total"] = {"lte": wanted.max_price}
         answer = self._call("POST", "/bundles/", "search", body=query)
         rows = answer.get("offers") if isinstance(answer, dict) else None
         if not isinstance(rows, list):
             raise ProviderError(self.name, "search", "answer has no offer list")
-        offers = [offer for offer in (self._offer(row) for row in rows) if offer is not None
+        offers = [offer for offer in (self._offer(row, wanted) for row in rows) if offer is not None
                   and wanted.gpu_matches(offer.gpu) and offer.count == wanted.count
                   and (wanted.max_price is None or offer.price_per_hour <= wanted.max_price)
                   and (offer.disk_gb is None or offer.disk_gb >= wanted.disk_gb)
                   and (offer.reliability is None or offer.reliability >= reliability)]
         return sorted(offers, key=lambda o: o.price_per_hour)
 
-    def _offer(self, row: object) -> Offer | None:
+    def _offer(self, row: object, wanted: Wanted) -> Offer | None:
         """An offer row, or None when a field orch needs is missing or odd. ``ref`` says
-        whether the machine has open ports for direct SSH (``direct_port_count``)."""
+        whether the machine has open ports for direct SSH (``direct_port_count``); an
+        interruptible one is priced at its bid, ``dph_total`` its on-demand price, and needs a
+        ``min_bid`` the bid reaches."""
         if not isinstance(row, dict):
             return None
         offer_id, gpu, count, price = row.get("id"), row.get("gpu_name"), row.get("num_gpus"), row.get("dph_total")
         if not (isinstance(offer_id, int) and isinstance(gpu, str) and isinstance(count, int)
                 and isinstance(price, (int, float)) and price >= 0):
             return None
+        bid: float | None = None
+        if wanted.interruptible:
+            least = row.get("min_bid")
+            if not (isinstance(least, (int, float)) and not isinstance(least, bool) and least > 0):
+                return None
+            bid = wanted.bid_for(max(float(least), BID_MIN))
+            if bid is None or bid > BID_MAX:
+                return None
         reliability = row.get("reliability", row.get("reliability2"))
         disk, memory, ports = row.get("disk_space"), row.get("gpu_ram"), row.get("direct_port_count")
         direct = isinstance(ports, int) and ports > 0
-        return Offer(provider=self.name, id=str(offer_id), gpu=gpu[:60], count=count, price_per_hour=float(price),
+        return Offer(provider=self.name, id=str(offer_id), gpu=gpu[:60], count=count,
+                     price_per_hour=float(price) if bid is None else bid,
                      gpu_memory_gb=round(memory / 1024) if isinstance(memory, (int, float)) and memory > 0 else None,
                      disk_gb=float(disk) if isinstance(disk, (int, float)) else None,
                      reliability=float(reliability) if isinstance(reliability, (int, float)) else None,
-                     where=str(row.get("geolocation") or "")[:40], ref=(("direct", "yes" if direct else "no"),))
+                     where=str(row.get("geolocation") or "")[:40],
+                     ref=(("direct", "yes" if direct else "no"),) + ((("min_bid", f"{row['min_bid']:g}"),) if bid else ()),
+                     bid=bid, on_demand_per_hour=float(price) if bid is not None else None)
 
     def create(self, offer: Offer, image: str, disk_gb: int, label: str, public_key: str) -> str:
         """``PUT /asks/{offer}/`` once: the new contract's id. Direct SSH where the offer has
@@ -120,13 +153,77 @@ class Vast(Marketplace):
         proxy only otherwise. The key is attached afterwards (``authorize_key``): vast takes
         per-instance keys only for an existing instance."""
         runtype = "ssh_direc ssh_proxy" if dict(offer.ref).get("direct") == "yes" else "ssh_proxy"
-        body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label, "runtype": runtype, "env": {}}
-        answer = self.create_once("create", lambda: self._call("PUT", f"/asks/{offer.id}/", "create", body=body))
+        body: dict[str, Any] = {"client_id": "me", "image": image, "disk": disk_gb, "label": label,
+                                "runtype": runtype, "env": {}}
+        if offer.bid is not None:
+            body["price"] = offer.bid  # an interruptible instance at this bid (vast-cli --bid_price)
+        started = time.time()
+        try:
+            answer = self.create_once("create", lambda: self._created(offer, body))
+        except ProviderError as exc:
+            if offer.bid is None or isinstance(exc, (ProviderAuthError, ProviderUnreachable, CreateUncertain)):
+                raise
+            raise self._refused_bid(exc, offer, label, started) from None
         new = answer.get("new_contract") if isinstance(answer, dict) else None
         if not isinstance(new, int):
             raise ProviderError(self.name, "create", "the answer names no new instance (new_contract); look at your "
                                 f"instances ({self.console}) before trying again")
         return str(new)
+
+    def _created(self, offer: Offer, body: dict[str, Any]) -> Any:
+        """The create request; a refused one (``success: false``) that names the instance it
+        made anyway (``new_contract``: vast makes an interruptible instance whose bid is too
+        low, stopped, and answers an error — dstack's vast adapter) carries that id in the
+        error's message for ``_refused_bid``."""
+        try:
+            answer = self.http.request("PUT", f"/asks/{offer.id}/", "create", body=body)
+        except ProviderError as exc:
+            if exc.status == 404 and any(word in exc.message.lower() for word in _AUTH_WORDS):
+                raise ProviderAuthError(self.name, "create", f"the token was refused ({exc.message})",
+                                        status=404) from None
+            raise
+        if isinstance(answer, dict) and answer.get("success") is False:
+            msg = str(answer.get("msg") or answer.get("error") or "refused")[:300]
+            made = answer.get("new_contract")
+            raise ProviderError(self.name, "create", msg + (f" [new_contract {made}]" if isinstance(made, int) else ""))
+        return answer
+
+    def _refused_bid(self, exc: ProviderError, offer: Offer, label: str, started: float) -> ProviderError:
+        """A refused interruptible create, in vast's words with the bid and the offer's minimum;
+        an instance it left behind (named in the answer, else listed under ``label`` since the
+        request) is destroyed, so nothing bills for a rental that did not happen."""
+        words = exc.message
+        made: list[str] = []
+        if "[new_contract " in words:
+            words, _, tail = words.partition(" [new_contract ")
+            made = [tail.rstrip("]")]
+        else:
+            try:
+                made = [str(r["id"]) for r in self._rows_v1({"label": {"eq": label}})
+                        if r.get("label") == label and _since(r, started)]
+            except ProviderError:
+                made = []
+        gone = []
+        for instance_id in made:
+            try:
+                self.release(instance_id)
+                gone.append(instance_id)
+            except ProviderError:
+                pass
+        left = [i for i in made if i not in gone]
+        note = (f"; the stopped instance it left ({', '.join(gone)}) was destroyed" if gone else "") + (
+            f"; instance {', '.join(left)} it left could not be destroyed: destroy it at {self.console}" if left else "")
+        least = dict(offer.ref).get("min_bid", "?")
+        return ProviderError(self.name, "create", f"{words} (orch bid {offer.bid:g} USD/h; the offer's minimum bid "
+                             f"was {least} USD/h when searched){note}", status=exc.status)
+
+    def change_bid(self, instance_id: str, bid: float) -> None:
+        """``PUT /instances/bid_price/{id}/`` with ``{"client_id": "me", "price": bid}``
+        (docs.vast.ai/api-reference/instances/change-bid; vast-cli ``change_bid``)."""
+        if not BID_MIN <= bid <= CHANGE_BID_MAX:
+            raise ProviderError(self.name, "change bid", f"a bid is {BID_MIN:g} to {CHANGE_BID_MAX:g} USD/h, "
+                                f"not {bid:g}")
+        self._call("PUT", f"/instances/bid_price/{instance_id}/", "change bid", body={"client_id": "me", "price": bid})
 
     def authorize_key(self, instance_id: str, public_key: str) -> None:
         self._call("POST", f"/instances/{instance_id}/ssh/", "attach-ssh", body={"ssh_key": public_key})
@@ -204,6 +301,7 @@ class Vast(Marketplace):
         return Instance(id=str(row["id"]), state=state, status=status, currency="USD",
                         price_per_hour=round(float(price), 4) if isinstance(price, (int, float)) else None,
                         label=_text(row.get("label"), 80), gpu=_text(words, 80), gpu_held=status == "frozen",
+                        interruptible=row.get("is_bid") is True,
                         created_at=datetime.fromtimestamp(start, timezone.utc)
                         if isinstance(start, (int, float)) and 0 < start < 1e11 else None)
 
@@ -256,6 +354,12 @@ def _direct_port(ports: object) -> object:
     return mapped[0].get("HostPort")
 
 
+def _since(row: dict[str, Any], started: float) -> bool:
+    """Whether the instance ``row`` may have been made by a request sent at ``started``."""
+    start = row.get("start_date")
+    return not isinstance(start, (int, float)) or start >= started - _CLOCK_SLACK_S
+
+
 def _text(value: object, limit: int) -> str:
     """A provider's free text, printable and cut."""
     return "".join(ch for ch in str(value or "") if ch.isprintable())[:limit]
@@ -270,10 +374,16 @@ def _state(row: dict[str, Any]) -> tuple[State, str]:
     """orch's word from ``actual_status`` (what runs: null while provisioning, ``created``,
     ``loading``, ``running``, ``stopped``, ``frozen``, ``exited``, ``rebooting``, ``unknown``,
     ``offline``) and ``intended_status`` (what was asked: running, stopped or frozen). The
-    status is vast's word, with its ``status_msg`` where the instance failed."""
+    status is vast's word, with its ``status_msg`` where the instance failed. An
+    interruptible instance (``is_bid``) stopped while it is meant to run has been outbid:
+    vast pauses it until its bid is the highest again (``preempted``)."""
     actual = _text(row.get("actual_status"), 40)
     intended = _text(row.get("intended_status"), 40)
     wants_on = intended not in ("stopped", "frozen")
+    if row.get("is_bid") is True and wants_on and (actual == "stopped" or (
+            actual == "" and _text(row.get("cur_state"), 40) == "stopped")):
+        msg = _text(row.get("status_msg"), 200)
+        return "preempted", "stopped: outbid" + (f" ({msg})" if msg else "")
     if actual == "running":
         return ("running" if wants_on else "stopping"), actual
     if actual in ("", "created"):

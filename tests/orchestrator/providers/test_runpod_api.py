@@ -176,7 +176,10 @@ def test_every_documented_status_is_mapped_and_ssh_is_direct_or_nothing(
     api["answer"] = answer({"id": "p1", **fields})
     runpod = RunPod("k", api["url"])
     found = runpod.instance("p1")
-    assert found.state == state and api["seen"][-1][1] == "/v2/pods/p1"
+    asked = [path for _, path, _, _ in api["seen"]]
+    # an EXITED pod is also asked of GraphQL (a spot pod interrupted?), whose answer here is no GraphQL answer
+    assert found.state == state and asked[-2 if state == "off" else -1] == "/v2/pods/p1"
+    assert (asked[-1] == "/graphql") == (state == "off")
     assert found.price_per_hour == (0.69 if "cost" in fields and fields["cost"] else
                                     0.0 if "cost" in fields else None)
     if endpoint is None:
@@ -216,7 +219,7 @@ def test_instances_lists_every_pod_with_name_gpu_price_and_age_but_deleted_ones(
         pod("p3", "gone", "2026-12-01T10:00:00Z", status="TERMINATED"),
         {"id": "bad id!", "status": "RUNNING"}, "not a pod"]})
     found = RunPod("k", api["url"]).instances()
-    assert api["seen"][-1][1] == "/v2/pods?includeClusterPods=true"
+    assert [path for _, path, _, _ in api["seen"][-2:]] == ["/v2/pods?includeClusterPods=true", "/graphql"]
     assert [(i.id, i.state, i.status, i.label, i.gpu, i.price_per_hour, i.currency) for i in found] == [
         ("p1", "running", "RUNNING", "orch-g", "2x NVIDIA GeForce RTX 4090", 0.68, "USD"),
         ("p2", "off", "EXITED", "from-console", "2x NVIDIA GeForce RTX 4090", 0.0, "USD")]
@@ -294,3 +297,32 @@ def test_the_stand_ins_5xx_after_making_a_pod_is_found_by_name_and_released(runp
     assert runpod.pods[pod_id]["name"] == "orch-t4" and pod_id in runpod.billing()
     adapter.release(pod_id)
     assert pod_id not in runpod.billing()
+
+
+def test_a_spot_search_asks_graphql_for_the_least_bid_and_an_interrupted_spot_pod_is_preempted(
+        api: dict[str, Any]) -> None:
+    least = {"data": {"gpuTypes": [
+        {"id": "NVIDIA GeForce RTX 4090", "lowestPrice": {"gpuTypeId": "NVIDIA GeForce RTX 4090",
+                                                          "minimumBidPrice": 0.2, "uninterruptablePrice": 0.34}},
+        {"id": "NVIDIA A100 80GB PCIe", "lowestPrice": {"gpuTypeId": "NVIDIA A100 80GB PCIe",
+                                                        "minimumBidPrice": None, "uninterruptablePrice": 1.6}}]}}
+    api["answer"] = by_path({
+        "GET /v2/catalog/gpus": (200, {"gpus": [gpu_row("NVIDIA GeForce RTX 4090", "RTX 4090", 0.69, 0.34),
+                                                gpu_row("NVIDIA A100 80GB PCIe", "A100 PCIe", 1.64, 1.2)]}),
+        "POST /graphql": (200, least)})
+    found = RunPod("k", api["url"]).search(Wanted(gpu="4090", count=2, interruptible=True))
+    assert [(o.id, o.price_per_hour, o.on_demand_per_hour, dict(o.ref)["bid_per_gpu"]) for o in found] == [
+        ("NVIDIA GeForce RTX 4090 (secure)", 0.4, 1.38, "0.2"), ("NVIDIA GeForce RTX 4090 (community)", 0.4, 0.68, "0.2")]
+    asked = [a for a in (json.loads(b) for m, p, _, b in api["seen"] if p == "/graphql") if "lowestPrice" in a["query"]]
+    assert [a["variables"]["input"] for a in asked] == [{"gpuCount": 2, "secureCloud": True},
+                                                       {"gpuCount": 2, "secureCloud": False}]
+    assert "lowestPrice(input: $input)" in asked[0]["query"] and "minimumBidPrice" in asked[0]["query"]
+
+    exited = {"id": "p1", "status": "EXITED", "cost": 0}
+    for spot, desired, state in (("INTERRUPTABLE", "RUNNING", "preempted"), ("INTERRUPTABLE", "EXITED", "off"),
+                                 ("RESERVED", "RUNNING", "off")):
+        api["answer"] = by_path({"GET /v2/pods/p1": (200, exited), "POST /graphql": (200, {"data": {"pod": {
+            "id": "p1", "podType": spot, "desiredStatus": desired}}})})
+        found_pod = RunPod("k", api["url"]).instance("p1")
+        assert (found_pod.state, found_pod.preempted) == (state, state == "preempted")
+        assert 'pod(input: {podId: "p1"}) { id podType desiredStatus }' in json.loads(api["seen"][-1][3])["query"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.providers.api import ProviderAuthError, ProviderError
+from orchestrator.providers.api import ProviderAuthError, ProviderError, Wanted
 from orchestrator.providers.vast import Vast
 
 
@@ -152,3 +152,47 @@ def test_one_instance_carries_its_label_gpus_and_start_like_the_list(api: dict[s
     found = Vast("k", api["url"]).instance("5")
     assert (found.id, found.state, found.price_per_hour, found.label, found.gpu, found.created_at) == (
         "5", "running", 0.5, "orch-g1", "1x RTX 4090", None)
+
+
+# An interruptible instance (``is_bid``) outbid is paused until its bid wins again: stopped while
+# meant to run (docs.vast.ai instance-details); the same row on demand is a start that waits.
+@pytest.mark.parametrize(("row", "state", "status"), [
+    ({"is_bid": True, "actual_status": "stopped", "intended_status": "running"}, "preempted", "stopped: outbid"),
+    ({"is_bid": True, "actual_status": None, "cur_state": "stopped", "intended_status": "running"},
+     "preempted", "stopped: outbid"),
+    ({"is_bid": True, "actual_status": "stopped", "intended_status": "stopped"}, "off", "stopped"),
+    ({"is_bid": True, "actual_status": "running", "intended_status": "running"}, "running", "running"),
+    ({"is_bid": False, "actual_status": "stopped", "intended_status": "running"}, "starting", "stopped"),
+])
+def test_an_outbid_interruptible_instance_is_preempted(api: dict[str, Any], row: dict[str, Any], state: str,
+                                                       status: str) -> None:
+    api["answer"] = lambda method, path, headers: reply(200, {"instances": {"id": 5, **row}})
+    found = Vast("k", api["url"]).instance("5")
+    assert (found.state, found.status, found.preempted, found.interruptible) == (
+        state, status, state == "preempted", row["is_bid"])
+    assert found.bills == (state not in ("preempted", "off"))
+
+
+def test_a_bid_search_places_the_least_bid_and_change_bid_sends_the_price(api: dict[str, Any]) -> None:
+    def answer(method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        return reply(200, {"offers": [
+            {"id": 1, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.4, "min_bid": 0.2, "reliability": 0.99},
+            {"id": 2, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.3, "min_bid": None, "reliability": 0.99},
+            {"id": 3, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.5, "min_bid": 0.35, "reliability": 0.99}]}
+            if path.endswith("/bundles/") else {"success": True})
+    api["answer"] = answer
+    vast = Vast("k", api["url"])
+    found = vast.search(Wanted(gpu="RTX_4090", interruptible=True, bid=0.3))
+    assert [(o.id, o.price_per_hour, o.bid, o.on_demand_per_hour) for o in found] == [("1", 0.3, 0.3, 0.4)]
+    assert "bid 0.3 USD/h (interruptible; on demand 0.4 USD/h)" in found[0].describe()
+    least = vast.search(Wanted(gpu="RTX_4090", interruptible=True))
+    assert [(o.id, o.bid) for o in least] == [("1", 0.2), ("3", 0.35)]
+    assert Wanted(gpu="x", bid=0.2).problem() == "a bid is for an interruptible instance: add --interruptible"
+    searched = json.loads(api["seen"][-1][3])
+    assert searched["type"] == "bid" and "min_bid" not in searched and "dph_total" not in searched
+    assert json.loads(api["seen"][-2][3])["min_bid"] == {"lte": 0.3}
+    vast.change_bid("5", 0.5)
+    assert api["seen"][-1][:2] == ("PUT", "/api/v0/instances/bid_price/5/")
+    assert json.loads(api["seen"][-1][3]) == {"client_id": "me", "price": 0.5}
+    with pytest.raises(ProviderError, match="a bid is 0.001 to 32 USD/h"):
+        vast.change_bid("5", 40)

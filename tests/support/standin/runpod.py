@@ -20,10 +20,28 @@ naming it). Test-only calls under ``/standin/`` (no key): ``ledger``, ``stock``
 (``{"status": 500}``: the next create makes the pod and then answers that error, the ambiguous
 failure), ``fail_boots`` (``{"count": N}``: that many starts end with the container failed,
 ``ERROR``, no sshd: [S] PodStatus "unrecoverable error state").
+
+Spot pods, through GraphQL (REST v2 has none: [S] CreatePodRequest has no such field and refuses
+unknown ones): ``gpuTypes { id lowestPrice(input: {gpuCount, secureCloud}) { gpuTypeId
+minimumBidPrice uninterruptablePrice } }`` ([R] runpodctl ``api/cloud.go`` ``GetCloud``;
+runpod-python ``api/queries/gpus.py``: the least bid per GPU, null where the GPU is not rented
+interruptible — runpodctl shows "Reserved" then); ``podRentInterruptable(input:
+PodRentInterruptableInput)`` ([P] SkyPilot ``sky/provision/runpod/api/pods.py``, citing
+graphql-spec.runpod.io ``PodRentInterruptableInput``, and dstack's runpod ``api_client.py``: its
+fields, ``bidPerGpu`` required) makes a pod billed at ``bidPerGpu`` times the count, read through
+REST like any other; a bid under the least one is refused with a GraphQL error (its words
+UNVERIFIED); ``pod(input: {podId}) { id podType desiredStatus }`` ([D] dstack's runpod
+``_generate_pod_query``: ``podType``, ``desiredStatus``) says ``INTERRUPTABLE`` for a spot pod
+(``RESERVED`` otherwise: UNVERIFIED) and ``desiredStatus`` ``RUNNING`` until it is stopped
+(``EXITED``). Test-only: ``preempt`` (``{"id": POD}``: RunPod takes a running spot pod's
+machine: its processes end, REST says ``EXITED``, ``desiredStatus`` stays ``RUNNING`` — what
+RunPod reports for an interrupted pod is UNVERIFIED), ``min_bid_rises`` (``{"by": D}``: the next
+create finds the least bid D per GPU higher than the search said, as the market moves between them).
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from datetime import datetime, timezone
@@ -38,13 +56,16 @@ from tests.support.standin.boxes import Box, Request, StandinServer, boot, halt,
 GPU_TYPES: list[dict[str, Any]] = [
     {"id": "NVIDIA GeForce RTX 4090", "name": "RTX 4090", "pool": "ADA_24", "manufacturer": "NVIDIA",
      "memory": 24, "secure": True, "community": True, "price": {"secure": 0.69, "community": 0.34},
-     "maxCount": {"secure": 8, "community": 4}, "stock": {"secure": "HIGH", "community": "LOW"}},
+     "maxCount": {"secure": 8, "community": 4}, "stock": {"secure": "HIGH", "community": "LOW"},
+     "spot": {"secure": 0.44, "community": 0.2}},
     {"id": "NVIDIA A100 80GB PCIe", "name": "A100 PCIe", "pool": "AMPERE_80", "manufacturer": "NVIDIA",
      "memory": 80, "secure": True, "community": False, "price": {"secure": 1.64, "community": 0},
-     "maxCount": {"secure": 8, "community": 0}, "stock": {"secure": "MEDIUM", "community": "NONE"}},
+     "maxCount": {"secure": 8, "community": 0}, "stock": {"secure": "MEDIUM", "community": "NONE"},
+     "spot": {"secure": None, "community": None}},  # not rented interruptible: runpodctl's "Reserved"
     {"id": "NVIDIA H100 80GB HBM3", "name": "H100 SXM", "pool": "HOPPER_141", "manufacturer": "NVIDIA",
      "memory": 80, "secure": True, "community": True, "price": {"secure": 2.69, "community": 2.39},
-     "maxCount": {"secure": 8, "community": 8}, "stock": {"secure": "NONE", "community": "NONE"}},  # none anywhere
+     "maxCount": {"secure": 8, "community": 8}, "stock": {"secure": "NONE", "community": "NONE"},  # none anywhere
+     "spot": {"secure": 1.5, "community": 1.2}},
 ]
 DATA_CENTER = {"id": "US-KS-2", "name": "US Kansas 2"}  # [S] the examples' data center
 # [K] "Reading a 422" / Class 3: the capacity refusal's words, as observed live
@@ -54,6 +75,13 @@ CREATE_FIELDS = {"args", "disk", "env", "image", "ports", "registry", "name", "c
                  "globalNetworking", "gpu", "mounts", "startJupyter", "startSsh", "templateId"}
 GPU_FIELDS = {"id", "count", "allowedCudaVersions", "minCudaVersion"}  # [S] CreateGpuConfig
 # [S] podAction's description: which actions each status allows
+# [P] PodRentInterruptableInput's fields as SkyPilot and dstack send them (the required ones first)
+SPOT_REQUIRED = {"bidPerGpu", "gpuTypeId", "imageName", "name"}
+SPOT_FIELDS = SPOT_REQUIRED | {
+    "cloudType", "gpuCount", "volumeInGb", "containerDiskInGb", "minVcpuCount", "minMemoryInGb", "dockerArgs",
+    "ports", "volumeMountPath", "env", "startSsh", "startJupyter", "supportPublicIp", "templateId",
+    "networkVolumeId", "dataCenterId", "countryCode", "allowedCudaVersions", "minCudaVersion", "cudaVersion",
+    "minDownload", "minUpload", "terminateAfter", "stopAfter", "volumeKey", "containerRegistryAuthId"}
 ACTIONS = {"PROVISIONING": ["stop", "terminate"], "STARTING": ["stop", "terminate"],
            "RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"],
            "ERROR": ["start", "terminate"]}
@@ -83,6 +111,8 @@ class RunPodStandin(StandinServer):
         self.fail_boots = 0
         self.balance = balance
         self.pods: dict[str, dict[str, Any]] = {}  # the create body, per pod id
+        self.desired: dict[str, str] = {}  # a spot pod's GraphQL desiredStatus, per pod id
+        self.bid_rise = 0.0
         self.created: dict[str, str] = {}  # createdAt, per pod id
         self.user_prefix = user_prefix
 
@@ -127,9 +157,77 @@ class RunPodStandin(StandinServer):
 
     def _graphql(self, body: Any) -> tuple[int, Any]:
         query = body.get("query") if isinstance(body, dict) else None
+        variables = body.get("variables") if isinstance(body, dict) else None
+        given = variables.get("input") if isinstance(variables, dict) else None
+        if isinstance(query, str) and "podRentInterruptable" in query:
+            return self._rent_spot(given)
+        if isinstance(query, str) and "lowestPrice" in query:
+            return self._lowest(given)
+        found = re.search(r'\bpod\(input: \{podId: "([A-Za-z0-9_-]+)"\}\)', query or "")
+        if found:
+            return self._spot_pod(found.group(1))
         if not isinstance(query, str) or "clientBalance" not in query:
             return 200, {"errors": [{"message": "stand-in: only myself { clientBalance } is served"}]}
         return 200, {"data": {"myself": {"clientBalance": self.balance}}}  # [C] User.ClientBalance, a number
+
+    def _lowest(self, given: Any) -> tuple[int, Any]:
+        """[R] ``lowestPrice(input: GpuLowestPriceInput)``: per GPU type, the least bid per GPU
+        (null where it is not rented interruptible) and the on-demand price, in the cloud asked."""
+        if not isinstance(given, dict) or not isinstance(given.get("gpuCount"), int):
+            return 200, {"errors": [{"message": "Variable \"$input\" of required type \"GpuLowestPriceInput!\" "
+                                                "was not provided."}]}
+        key = "secure" if given.get("secureCloud") else "community"
+        rows = [{"id": g["id"], "lowestPrice": {"gpuTypeId": g["id"], "minimumBidPrice": g["spot"][key],
+                                                "uninterruptablePrice": g["price"][key] or None}}
+                for g in GPU_TYPES]
+        return 200, {"data": {"gpuTypes": rows}}
+
+    def _rent_spot(self, given: Any) -> tuple[int, Any]:
+        """[P] ``podRentInterruptable``: the input's fields checked, the bid against the least
+        one (UNVERIFIED words), no capacity as REST's create says it; the pod, billed at its bid."""
+        if not isinstance(given, dict):
+            return 200, {"errors": [{"message": "Variable \"$input\" of required type "
+                                                "\"PodRentInterruptableInput!\" was not provided."}]}
+        unknown = sorted(set(given) - SPOT_FIELDS)
+        missing = sorted(SPOT_REQUIRED - set(given))
+        if unknown or missing:  # GraphQL's own validation error (its wording is graphql-js's)
+            name = (unknown or missing)[0]
+            return 200, {"errors": [{"message": f"Field \"{name}\" is not defined by type "
+                                                f"\"PodRentInterruptableInput\"." if unknown else
+                                                f"Field \"PodRentInterruptableInput.{name}\" of required type "
+                                                "was not provided."}]}
+        cloud = str(given.get("cloudType", "ALL")).lower()
+        count = given.get("gpuCount", 1)
+        gpu = next((g for g in GPU_TYPES if g["id"] == given["gpuTypeId"]), None)
+        least = gpu["spot"].get(cloud) if gpu is not None and cloud in ("secure", "community") else None
+        if least is not None:  # ``min_bid_rises``: the market moved since the search, for this create only
+            least, self.bid_rise = round(least + self.bid_rise, 4), 0.0
+        if gpu is None or least is None or gpu["stock"][cloud] == "NONE" or count > gpu["maxCount"][cloud]:
+            return 200, {"errors": [{"message": NO_CAPACITY}]}
+        bid = given["bidPerGpu"]
+        if not isinstance(bid, (int, float)) or bid < least:
+            return 200, {"errors": [{"message": f"Your bid price of ${bid}/hr is lower than the current minimum bid "
+                                                f"price of ${least}/hr for this GPU type."}]}
+        env = {e.get("key"): e.get("value") for e in given.get("env") or [] if isinstance(e, dict)}
+        body = {"name": given["name"], "image": given["imageName"], "cloud": cloud.upper(),
+                "gpu": {"id": gpu["id"], "count": count}, "disk": given.get("containerDiskInGb", 20),
+                "mounts": {"persistent": {"size": given.get("volumeInGb", 20),
+                                          "path": given.get("volumeMountPath", "/workspace")}},
+                "ports": [p for p in str(given.get("ports") or "").split(",") if p], "env": env}
+        box = self._made(body, round(bid * count, 4))
+        self.desired[box.id] = "RUNNING"
+        return 200, {"data": {"podRentInterruptable": {"id": box.id, "desiredStatus": "RUNNING"}}}
+
+    def _spot_pod(self, pod_id: str) -> tuple[int, Any]:
+        """[D] ``pod(input: {podId})``: ``podType`` and ``desiredStatus`` (null for a pod not
+        held, as GraphQL answers a missing object)."""
+        box = self.boxes.get(pod_id)
+        if box is None or box.status == "TERMINATED":
+            return 200, {"data": {"pod": None}}
+        spot = pod_id in self.desired
+        desired = self.desired.get(pod_id) or ("RUNNING" if box.status != "EXITED" else "EXITED")
+        return 200, {"data": {"pod": {"id": pod_id, "podType": "INTERRUPTABLE" if spot else "RESERVED",
+                                      "desiredStatus": desired}}}
 
     def _catalog(self, args: dict[str, Any]) -> tuple[int, Any]:
         """[S] listGpuTypes: ``product`` is required with ``include=AVAILABILITY`` and valid only
@@ -176,8 +274,15 @@ class RunPodStandin(StandinServer):
         gpu = next((g for g in GPU_TYPES if g["id"] == gpu_ask["id"]), None)
         if gpu is None or not gpu[cloud] or gpu["stock"][cloud] == "NONE" or count > gpu["maxCount"][cloud]:
             return problem(400, "Bad Request", NO_CAPACITY)  # [S] createPod's table: 400 "could not be placed"
-        box = new_box(self.workdir, secrets.token_hex(7), self.next_user(), "PROVISIONING",
-                      round(gpu["price"][cloud] * count, 4), password=False)
+        box = self._made(body, round(gpu["price"][cloud] * count, 4))
+        if self.create_fault is not None:  # the pod exists and bills; the answer says otherwise
+            status, self.create_fault = self.create_fault, None
+            return problem(status, "Internal Server Error", "upstream request failed")
+        return 201, self._pod(box)
+
+    def _made(self, body: dict[str, Any], price: float) -> Box:
+        """A new pod as ``body`` (REST's create body) asks, at ``price``, booting."""
+        box = new_box(self.workdir, secrets.token_hex(7), self.next_user(), "PROVISIONING", price, password=False)
         wipe(box)
         key = (body.get("env") or {}).get("PUBLIC_KEY")
         if isinstance(key, str) and key.startswith(("ssh-", "ecdsa-")):
@@ -186,10 +291,7 @@ class RunPodStandin(StandinServer):
         self.pods[box.id] = dict(body)
         self.created[box.id] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self._boot_later(box)
-        if self.create_fault is not None:  # the pod exists and bills; the answer says otherwise
-            status, self.create_fault = self.create_fault, None
-            return problem(status, "Internal Server Error", "upstream request failed")
-        return 201, self._pod(box)
+        return box
 
     def _boot_later(self, box: Box) -> None:
         with box.lock:
@@ -255,7 +357,11 @@ class RunPodStandin(StandinServer):
             with box.lock:
                 halt(box, new_password=False)
                 box.status = "EXITED"
+            if box.id in self.desired:
+                self.desired[box.id] = "EXITED"
             return 200, self._pod(box)
+        if box.id in self.desired:
+            self.desired[box.id] = "RUNNING"
         if action == "start" and self.out_of_stock > 0:  # unverified: the words and status of this refusal
             self.out_of_stock -= 1
             return problem(400, "Bad Request", "There are not enough free GPUs on the host machine to start this pod.")
@@ -278,6 +384,16 @@ class RunPodStandin(StandinServer):
             self.create_fault = int(args.get("status", 500))
         elif action == "fail_boots":
             self.fail_boots = int(args.get("count", 1))
+        elif action == "min_bid_rises":
+            self.bid_rise = float(args.get("by", 0.1))
+        elif action == "preempt":
+            box = self.boxes.get(str(args.get("id")))
+            if box is None or box.id not in self.desired or box.status != "RUNNING":
+                return {"error": f"{args.get('id')} is not a running spot pod", "billing": self.billing()}
+            with box.lock:
+                halt(box, new_password=False)
+                box.status = "EXITED"
+            return {"preempted": box.id, "billing": self.billing()}
         return {"billing": self.billing()}
 
 

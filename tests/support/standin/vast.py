@@ -21,6 +21,25 @@ answers that error); ``console_create`` (``{"label": L}``: an instance rented in
 console, not by orch; its id in ``created``); ``exit_on_start`` (``{"status_msg": M}``: the next
 instance to start exits instead, its container's process dead, with that message); every
 answer of theirs carries ``proxied`` (connections through each instance's proxy).
+
+Interruptible instances (bids): every offer carries ``min_bid`` (USD/h for the machine;
+vast-cli ``vastai/data/offer.py``, ``search offers`` help "current minimum bid price in $/hr
+for interruptible"), ``type: bid`` searches are served, a create with ``price`` (the bid;
+docs.vast.ai/api-reference/instances/create-instance: "Bid price per machine (in $/hour). Only
+for interruptible instances", 0.001..128) rents an interruptible instance billed at its bid
+(``is_bid`` true on its row, ``dph_total`` the bid: both UNVERIFIED for instance rows, whose
+published schema, vast-cli ``vastai/data/instance.py`` ``Instance``, lists neither). A bid below
+the offer's ``min_bid`` makes the instance anyway, stopped, and answers an error (dstack's vast
+adapter: "Vast.ai creates spot instances in the stopped state and returns an error if the bid is
+insufficient"; the status and words here are UNVERIFIED). ``PUT /api/v0/instances/bid_price/
+{id}/`` (docs.vast.ai/api-reference/instances/change-bid: ``client_id``, ``price`` required,
+0.001..32, ``{"success": true}``) changes the bid; a bid above the one that outbid the instance
+starts it again. Test-only: ``outbid`` (``{"id": ID, "price": P}``: a higher bid takes the
+instance's GPU: vast pauses it, its processes gone, disk kept — docs.vast.ai instance-details
+"Lower priority instances are paused until they become the highest priority" — shown as
+``actual_status`` ``stopped`` with ``intended_status`` still ``running``), ``min_bid_rises``
+(``{"by": D}``: every offer's ``min_bid`` rises by D after the next search, as a host's ``set
+min_bid`` would between a search and a create).
 """
 
 from __future__ import annotations
@@ -39,26 +58,30 @@ from tests.support.standin.boxes import Box, Request, StandinServer, boot, halt,
 V0, V1 = "/api/v0", "/api/v1"
 # Offer rows: fields as vast's offers carry them (vast-ai/vast-cli vastai/api/query.py offers_fields).
 OFFERS: list[dict[str, Any]] = [
-    {"id": 4101, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.412, "disk_space": 250.0, "reliability": 0.995,
+    {"id": 4101, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.412, "min_bid": 0.206, "disk_space": 250.0, "reliability": 0.995,
      "gpu_ram": 24564, "geolocation": "Norway, NO", "verified": True, "rentable": True, "rented": False,
      "external": False, "direct_port_count": 20},
-    {"id": 4102, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.301, "disk_space": 120.0, "reliability": 0.81,
+    {"id": 4102, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.301, "min_bid": 0.182, "disk_space": 120.0, "reliability": 0.81,
      "gpu_ram": 24564, "geolocation": "Texas, US", "verified": True, "rentable": True, "rented": False,
      "external": False, "direct_port_count": 0},
-    {"id": 4103, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.356, "disk_space": 20.0, "reliability": 0.990,
+    {"id": 4103, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.356, "min_bid": 0.151, "disk_space": 20.0, "reliability": 0.990,
      "gpu_ram": 24564, "geolocation": "Quebec, CA", "verified": True, "rentable": True, "rented": False,
      "external": False, "direct_port_count": 0},
-    {"id": 4104, "gpu_name": "RTX 4090", "num_gpus": 2, "dph_total": 0.790, "disk_space": 500.0, "reliability": 0.998,
+    {"id": 4104, "gpu_name": "RTX 4090", "num_gpus": 2, "dph_total": 0.790, "min_bid": 0.402, "disk_space": 500.0, "reliability": 0.998,
      "gpu_ram": 24564, "geolocation": "Sweden, SE", "verified": True, "rentable": True, "rented": False,
      "external": False, "direct_port_count": 40},
-    {"id": 4105, "gpu_name": "A100 SXM4", "num_gpus": 1, "dph_total": 1.105, "disk_space": 900.0,
+    {"id": 4105, "gpu_name": "A100 SXM4", "num_gpus": 1, "dph_total": 1.105, "min_bid": 0.601, "disk_space": 900.0,
      "reliability": 0.997, "gpu_ram": 81920, "geolocation": "Virginia, US", "verified": True, "rentable": True,
      "rented": False, "external": False, "direct_port_count": 0},
 ]
 # The fields vast filters offers on (vast-ai/vast-cli vastai/api/query.py offers_fields, where
 # ``reliability2`` is commented out); a filter on another field is ignored, as issue 37 reports.
 FILTERABLE = {"disk_space", "dph_total", "external", "gpu_name", "gpu_ram", "num_gpus", "reliability", "rentable",
-              "rented", "verified", "direct_port_count", "geolocation", "id"}
+              "rented", "verified", "direct_port_count", "geolocation", "id", "min_bid"}
+# ``type`` values of a search (vast-cli vastai/api/offers.py search_offers: "on-demand",
+# "reserved" or "bid"; the client turns "interruptible" into "bid")
+SEARCH_TYPES = {"on-demand", "reserved", "bid"}
+BID_RANGE, CHANGE_BID_RANGE = (0.001, 128.0), (0.001, 32.0)  # the API reference's "Required range"
 # The create body's fields (vast-ai/vast-cli vastai/api/instances.py create_instance,
 # vastai/data/instance.py InstanceConfig); the stand-in refuses any other.
 CREATE_FIELDS = {"client_id", "image", "env", "price", "disk", "label", "extra", "onstart", "image_login",
@@ -132,6 +155,7 @@ class VastStandin(StandinServer):
         self.proxied: dict[str, int] = {}
         self.create_fault: int | None = None
         self.exit_msg: str | None = None
+        self.min_bid_rise = 0.0
         self.credit = 25.0
         self.user_prefix = user_prefix
         self.ids = itertools.count(81000001)
@@ -172,6 +196,10 @@ class VastStandin(StandinServer):
             known = ("GET",)
             if req.method == "GET":
                 return self._list_v0()
+        elif version == "v0" and len(parts) == 3 and parts[:2] == ["instances", "bid_price"]:
+            known = ("PUT",)
+            if req.method == "PUT":
+                return self._change_bid(parts[2], req.args)
         elif version == "v0" and parts[:1] == ["instances"] and len(parts) in (2, 3) and parts[2:] in ([], ["ssh"]):
             known = ("GET", "PUT", "DELETE") if len(parts) == 2 else ("POST",)
             if req.method in known:
@@ -199,10 +227,16 @@ class VastStandin(StandinServer):
 
     def _search(self, q: dict[str, Any]) -> tuple[int, Any]:
         # vast-ai/vast-cli vastai/api/offers.py search_offers: POST /bundles/ → {"offers": [...]}.
+        if q.get("type", "on-demand") not in SEARCH_TYPES:
+            return 400, {"success": False, "error": "invalid_args", "msg": f"unknown type {q.get('type')!r}"}
         taken = set(self.rented.values())
-        rows = [o for o in self.offers if o["id"] not in taken and _matches(o, q)]
+        rows = [dict(o) for o in self.offers if o["id"] not in taken and _matches(o, q)]
         for key, direction in reversed(q.get("order") or []):
             rows.sort(key=lambda o: o.get(key, 0), reverse=direction == "desc")
+        if self.min_bid_rise:  # a host raises its minimum between this search and the create
+            for offer in self.offers:
+                offer["min_bid"] = round(offer["min_bid"] + self.min_bid_rise, 4)
+            self.min_bid_rise = 0.0
         return 200, {"offers": rows[: int(q.get("limit") or 64)]}
 
     def _create(self, offer_id: str, args: dict[str, Any]) -> tuple[int, Any]:
@@ -219,21 +253,34 @@ class VastStandin(StandinServer):
         if runtype not in RUNTYPES:
             return 400, {"success": False, "error": "invalid_args", "msg": f"unknown runtype {runtype!r}"}
         direct = "ssh_direc" in str(runtype) and offer.get("direct_port_count", 0) > 0
-        box = self._rent(offer, str(args.get("label") or ""), direct)
+        bid = args.get("price")
+        if bid is not None:
+            if not isinstance(bid, (int, float)) or isinstance(bid, bool) or not BID_RANGE[0] <= bid <= BID_RANGE[1]:
+                return 400, {"success": False, "error": "invalid_args",
+                             "msg": f"price must be {BID_RANGE[0]:g} to {BID_RANGE[1]:g}"}
+            if bid < offer["min_bid"]:  # made anyway, stopped (dstack); words and status UNVERIFIED
+                box = self._rent(offer, str(args.get("label") or ""), direct, bid=float(bid), start=False)
+                return 400, {"success": False, "error": "bid_too_low", "new_contract": int(box.id),
+                             "msg": f"Your bid of ${bid:.3f}/hr is below the minimum bid of "
+                                    f"${offer['min_bid']:.3f}/hr for this offer."}
+        box = self._rent(offer, str(args.get("label") or ""), direct, bid=None if bid is None else float(bid))
         if self.create_fault is not None:
             status, self.create_fault = self.create_fault, None
             return status, {"success": False, "error": "server_error", "msg": "upstream timed out (stand-in fault)"}
         return 200, {"success": True, "new_contract": int(box.id)}
 
-    def _rent(self, offer: dict[str, Any], label: str, direct: bool) -> Box:
-        box = new_box(self.workdir, str(next(self.ids)), self.next_user(), "provisioning", float(offer["dph_total"]),
-                      password=False)
+    def _rent(self, offer: dict[str, Any], label: str, direct: bool, bid: float | None = None,
+              start: bool = True) -> Box:
+        box = new_box(self.workdir, str(next(self.ids)), self.next_user(), "provisioning" if start else "off",
+                      float(offer["dph_total"] if bid is None else bid), password=False)
         wipe(box)  # a new instance starts with an empty disk
         self.boxes[box.id] = box
         self.rented[box.id] = offer["id"]
-        self.meta[box.id] = {"intended": "running", "label": label, "direct": direct, "msg": "",
-                             "start_date": time.time(), "gpu_name": offer["gpu_name"], "num_gpus": offer["num_gpus"]}
-        self._start(box)
+        self.meta[box.id] = {"intended": "running" if start else "stopped", "label": label, "direct": direct,
+                             "msg": "", "start_date": time.time(), "gpu_name": offer["gpu_name"],
+                             "num_gpus": offer["num_gpus"], "bid": bid, "outbid_by": None}
+        if start:
+            self._start(box)
         return box
 
     def _start(self, box: Box) -> None:
@@ -259,10 +306,12 @@ class VastStandin(StandinServer):
         """One instance as vast's show-instance answers it (vast-ai/vast-cli vastai/data/instance.py
         Instance; the states of docs.vast.ai/sdk/python/reference/show-instance)."""
         meta, on = self.meta[box.id], box.status == "running"
-        actual = {"provisioning": None, "stopping": "running", "off": "stopped"}.get(box.status, box.status)
+        actual = {"provisioning": None, "stopping": "running", "off": "stopped", "outbid": "stopped"}.get(
+            box.status, box.status)
         proxy = self.proxies.get(box.id)
         return {"id": int(box.id), "actual_status": actual, "intended_status": meta["intended"],
-                "cur_state": "stopped" if box.status == "off" else "running", "dph_total": box.price,
+                "cur_state": "stopped" if box.status in ("off", "outbid") else "running", "dph_total": box.price,
+                "is_bid": meta["bid"] is not None,
                 "label": meta["label"] or None, "gpu_name": meta["gpu_name"], "num_gpus": meta["num_gpus"],
                 "start_date": meta["start_date"], "status_msg": meta["msg"] or None,
                 "image_runtype": "ssh_direc ssh_proxy" if meta["direct"] else "ssh_proxy",
@@ -299,6 +348,11 @@ class VastStandin(StandinServer):
     def _set_state(self, box: Box, args: dict[str, Any]) -> tuple[int, Any]:
         # vast-ai/vast-cli vastai/api/instances.py start_instance/stop_instance: {"state": ...}.
         state = args.get("state")
+        if box.status == "outbid" and state in ("stopped", "running"):  # paused: it waits, or is now meant off
+            with box.lock:
+                self.meta[box.id]["intended"] = state
+                box.status = "off" if state == "stopped" else box.status
+            return 200, {"success": True}
         if state == "stopped":
             with box.lock:
                 if box.status not in ("running", "loading", "provisioning", "exited"):
@@ -314,6 +368,41 @@ class VastStandin(StandinServer):
             self._start(box)
             return 200, {"success": True}
         return 400, {"success": False, "error": "invalid_args", "msg": f"unknown state {state!r}"}
+
+    def _change_bid(self, instance_id: str, args: dict[str, Any]) -> tuple[int, Any]:
+        """docs.vast.ai/api-reference/instances/change-bid: ``client_id`` and ``price`` required
+        (0.001..32), ``{"success": true}``; a bid above the one that outbid the instance wins
+        its GPU back (it starts). On an on-demand instance: refused (UNVERIFIED words)."""
+        box = self.boxes.get(instance_id)
+        if box is None or box.status == "destroyed":
+            return 404, {"success": False, "error": "no_such_instance", "msg": f"Instance {instance_id} not found."}
+        price = args.get("price")
+        if args.get("client_id") != "me" or not isinstance(price, (int, float)) or isinstance(price, bool) \
+                or not CHANGE_BID_RANGE[0] <= price <= CHANGE_BID_RANGE[1]:
+            return 400, {"success": False, "error": "invalid_args",
+                         "msg": f"client_id and price ({CHANGE_BID_RANGE[0]:g} to {CHANGE_BID_RANGE[1]:g}) are required"}
+        meta = self.meta[box.id]
+        if meta["bid"] is None:
+            return 400, {"success": False, "error": "invalid_args", "msg": "Instance is not an interruptible instance."}
+        meta["bid"], box.price = float(price), float(price)
+        if box.status == "outbid" and price > (meta["outbid_by"] or 0) and meta["intended"] == "running":
+            meta["outbid_by"] = None
+            with box.lock:
+                halt(box, new_password=False)
+            self._start(box)
+        return 200, {"success": True}
+
+    def _outbid(self, box: Box, price: float | None) -> dict[str, Any]:
+        """A higher bid takes the instance's GPU: its processes end, its disk stays, it waits."""
+        meta = self.meta[box.id]
+        if meta["bid"] is None or box.status != "running":
+            return {"error": f"instance {box.id} is not a running interruptible instance"}
+        with box.lock:
+            self._stop_proxy(box)
+            halt(box, new_password=False)
+            box.status = "outbid"
+        meta["outbid_by"] = price if price is not None else round(meta["bid"] + 0.01, 4)
+        return {"outbid": box.id}
 
     def _stop_proxy(self, box: Box) -> None:
         proxy = self.proxies.pop(box.id, None)
@@ -357,6 +446,11 @@ class VastStandin(StandinServer):
                 found["error"] = "every offer is rented: destroy an instance first"
             else:
                 found["created"] = self._rent(offer, str(args.get("label", "from the web console")), False).id
+        elif action == "outbid":
+            box = self.boxes.get(str(args.get("id")))
+            found.update(self._outbid(box, args.get("price")) if box is not None else {"error": "no such instance"})
+        elif action == "min_bid_rises":
+            self.min_bid_rise = float(args.get("by", 0.1))
         elif action == "exit_on_start":
             self.exit_msg = str(args.get("status_msg", "Error response from daemon: container exited (stand-in)"))
         counts = {**self.proxied}

@@ -1,5 +1,5 @@
-"""RunPod through its REST API v2 (``api.runpod.io/v2``) and, for the account balance only, its
-GraphQL API (docs/providers.md cites the source of every call and field).
+"""RunPod through its REST API v2 (``api.runpod.io/v2``) and, for the account balance and spot
+pods only, its GraphQL API (docs/providers.md cites the source of every call and field).
 
 REST v1 (``rest.runpod.io/v1``) is retired (RunPod's "Migrate from API v1" guide); v2 has
 everything orch needs but the balance: the catalog (``GET /catalog/gpus``: per-GPU prices and

@@ -260,15 +260,17 @@ class Orch:
         assert isinstance(status, JobStatus)
         return status
 
-    def resume(self, job: str | Job, on: Sequence[str] | None = None, force: bool = False) -> Job:
+    def resume(self, job: str | Job, on: Sequence[str] | None = None, force: bool = False,
+               why: str | None = None) -> Job:
         """Relaunch a failed, lost or cancelled job from its latest complete checkpoint;
-        ``on``: move it to these hosts first (one per node; ``orch resume --on``)."""
+        ``on``: move it to these hosts first (one per node; ``orch resume --on``), ``why``
+        recorded with the move in the job's history."""
         record = self._record(job)
         if on:
             from orchestrator.move.resume_on import move
 
             move(record, list(on), self.inventory, self.registry, runs=None, say=self.say, trust=never, direct=False,
-                 force=force)
+                 force=force, why=why)
         else:
             from orchestrator.jobs.nodes import resume
 

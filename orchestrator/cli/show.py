@@ -121,7 +121,7 @@ def ran_on(moves: object) -> list[str]:
     for m in steps:
         when = datetime.fromtimestamp(m["at"]).strftime("%Y-%m-%d %H:%M") if isinstance(m.get("at"), (int, float)) else "?"
         lines.append(f"  moved {when}: {m.get('from')} → {m.get('to')} from {m.get('checkpoint') or 'no checkpoint'} "
-                     f"(via {m.get('via')})")
+                     f"(via {m.get('via')})" + (f": {m['why']}" if m.get("why") else ""))
     return lines
 
 

@@ -11,7 +11,8 @@ import click
 from orchestrator.access.power import PoweredHere, power_on_first
 from orchestrator.ask import confirm
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.errors import SweepIncomplete, UsageError
+from orchestrator.controller import handover
+from orchestrator.errors import OrchError, RemoteError, SweepIncomplete, UsageError
 from orchestrator.fetch import DEFAULT_INTERVAL_S
 from orchestrator.jobs.submit import checked_submit
 from orchestrator.plan.build import plan_text
@@ -51,6 +52,9 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
                    "job file's hosts: (a submit that left combinations out prints this command for them).")
 @click.option("--priority", type=int, default=None, metavar="N",
               help="Set launch.priority to N for this submit (every job of a sweep).")
+@click.option("--managed", is_flag=True,
+              help="Hand the job to the controller (orch controller up) even without a recovery: section: it is "
+                   "watched, its checkpoint kept off the box, and restarted where it ran when lost (docs/managed.md).")
 @click.option("-y", "--yes", is_flag=True,
               help="Power on a provider host that is off without asking (and back off without asking when the "
                    "submit then fails before its job started there).")
@@ -58,7 +62,7 @@ from orchestrator.sweep.expand import Axis, axes_of, expand
 def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bool, pull_remote_edits: bool,
                as_json: bool, watch: bool, watch_interval: float, keep_checkpoints: bool, sweeps: tuple[str, ...],
                sweep_name: str | None, only_text: str | None, hosts_text: str | None, priority: int | None,
-               yes: bool) -> None:
+               yes: bool, managed: bool) -> None:
     """Validate, sync the workspace, set up and launch a job.
 
     \b
@@ -79,6 +83,9 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
     unreachable, else that of the first left out; docs/sweeps.md).
     """
     loaded = load_spec(spec_file)
+    recovery = handover.recovery_of(loaded.spec, managed)
+    if recovery is not None and not dry_run:
+        handover.check(loaded.spec, app.inventory, recovery)  # before anything starts
     if force and pull_remote_edits:
         raise UsageError("--force overwrites the server's edits, --pull-remote-edits keeps them: choose one")
     if (keep_checkpoints or watch_interval != DEFAULT_INTERVAL_S) and not watch:
@@ -126,6 +133,11 @@ def submit_cmd(app: App, spec_file: Path, follow: bool, dry_run: bool, force: bo
                 click.echo(plan.slurm["script"], nl=False)
             return
         result = done.as_json()
+        if recovery is not None:
+            try:
+                handover.hand_over(plan.job_id, loaded.spec, recovery, app.inventory, app.registry, app.say)
+            except OrchError as exc:
+                raise RemoteError(f"{exc}\n{plan.job_id} runs, but unmanaged: the controller did not take it") from None
 
         def report(following: bool) -> None:
             app.report_new_job(plan.job_id, result, following, as_json, done.remotes)

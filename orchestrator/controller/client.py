@@ -24,7 +24,7 @@ from orchestrator.transport.base import CommandFailed, Transport, never
 
 Say = Callable[[str], None]
 RECORD = "controller.json"
-NOT_FORWARDED = {"ORCH_HOME", "ORCH_TEST_PAUSE", "ORCH_TRACE", "ORCH_WARM"}
+NOT_FORWARDED = {"ORCH_HOME", "ORCH_TRACE", "ORCH_WARM"}
 
 
 def recorded_host(home: Path) -> str | None:

@@ -40,6 +40,7 @@ from orchestrator.spec.load import parse_spec
 from orchestrator.state import fences, kits, reach
 from orchestrator.state.registry import JobRecord, Registry
 from orchestrator.sync import selection
+from orchestrator.testhooks import pause
 from orchestrator.transport.base import never
 from remote_payload.contract.jobfolder import part_rel
 from remote_payload.contract.protocol import ACTIVE
@@ -264,12 +265,14 @@ def copy(source: Source, node: int, target: Remote, job_id: str, files: list[dic
 
 
 def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Registry, *, runs: Path | None, say: Say,
-         trust: Callable[[str], bool] = never, direct: bool | None = None, force: bool = False) -> Plan:
+         trust: Callable[[str], bool] = never, direct: bool | None = None, force: bool = False,
+         why: str | None = None) -> Plan:
     """Move the job to the hosts named ``on`` (one per node it ran on) and start it there.
     ``direct``: True lets each target pull from the source itself where it can reach it
     over SSH, False never, None asks at a terminal (``movedirect.choose``). ``runs``: the
     ``--from`` folder (None: where the kit was recorded, then ./runs). ``force``: move away
-    from hosts that do not answer before they count as lost (``gone_for_long``).
+    from hosts that do not answer before they count as lost (``gone_for_long``). ``why``: the
+    reason recorded with the move in the job's history (the controller's recoveries).
 
     The hosts left are fenced with the job's new place, in one registry transaction: the
     attempt on each is superseded. Those that answered are fenced at once (the old folder set
@@ -330,6 +333,8 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
                        "again to continue") from None
         moved = {"from": ", ".join(record.hosts), "to": ", ".join(on), "checkpoint": gathered.checkpoint,
                  "attempt": gathered.attempt, "via": ", ".join(sorted(ways)) or "nothing to copy"}
+        if why:
+            moved["why"] = why
 
         def adopt(i: int) -> dict[str, Any]:
             request = {"job": plan.job_json(), "train": plan.train, "node_rank": i, "project": project,
@@ -338,6 +343,7 @@ def move(record: JobRecord, on: list[str], inventory: Inventory, registry: Regis
                 {"path": f["path"], "sha256": f["sha256"]} for f in per_node[i]])
 
         replies = parallel(adopt, range(len(remotes)))
+        pause("move-adopted")  # tests: the job started on its new hosts, the registry not yet told
         registry.move(record.job_id, on, plan.job_dir, slurmcheck.log_nodes(plan),
                       superseded=[(name, record.job_dir) for name in record.hosts])
         elapsed = time.monotonic() - started

@@ -273,6 +273,46 @@ class OnFinish(Frozen):
     )
 
 
+class RecoveryRent(Frozen):
+    provider: str = Field(description="Where to rent a replacement: a provider that rents (orch rent --provider).")
+    gpu: str = Field(min_length=1, description="The GPU model to ask for, as orch rent --gpu names it (RTX_4090).")
+    max_price: float | None = Field(None, gt=0, description="The most a replacement may cost per hour, in the "
+                                    "provider's currency.")
+    interruptible: bool = Field(False, description="Ask for an interruptible (spot) instance where the provider "
+                                "offers them.")
+
+    @field_validator("provider")
+    @classmethod
+    def _rentable(cls, value: str) -> str:
+        from orchestrator.providers.registry import RENTABLE
+
+        if value not in RENTABLE:
+            raise ValueError(f"{value!r} cannot be rented by orch (one of: {', '.join(RENTABLE)})")
+        return value
+
+
+class Recovery(Frozen):
+    """A managed job (docs/managed.md): the controller moves it when its box is lost."""
+
+    hosts: list[str] = Field(default_factory=list, description="Inventory hosts where the job may continue, in "
+                             "order: the first that answers takes it.")
+    rent: RecoveryRent | None = Field(None, description="Rent a replacement when no host of `hosts` answers.")
+    max_restarts: int = Field(3, ge=0, le=100, description="Recoveries at most; after that a lost job stays lost.")
+
+    @field_validator("hosts")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not NAME_RE_HOST.match(name):
+                raise ValueError(f"{name!r} is not a host name of the inventory")
+        if len(set(value)) != len(value):
+            raise ValueError("a host is named twice")
+        return value
+
+
+NAME_RE_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
 SweepKey = Annotated[str, AfterValidator(check_key)]
 SweepValues = Annotated[list[Scalar], Field(min_length=1)]
 
@@ -299,6 +339,8 @@ class JobSpec(Frozen):
         description="gitignore-style patterns over the job folder: what `orch fetch` brings back.",
     )
     on_finish: OnFinish = Field(default_factory=OnFinish)
+    recovery: Recovery | None = Field(None, description="Make it a managed job: the controller (orch controller up) "
+                                      "watches it and moves it when its box is lost (docs/managed.md).")
     max_cost: float | None = Field(
         None, gt=0, le=1e9, description="Stop the job when its cost reaches this, in the currency of its hosts' "
         "price (the provider's: CNY on AutoDL, USD on vast and RunPod; a plain host's --price-per-hour). The cost is "

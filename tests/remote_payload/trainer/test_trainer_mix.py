@@ -112,3 +112,14 @@ def test_a_packed_mixture_counts_every_example_of_its_rows(assets: Path, tmp_pat
     seen = seen_rows(out)[4]
     assert sum(seen.values()) > 4 * 2  # several examples per packed row
     assert seen["data/train.jsonl"] > 0 and seen["data/text.jsonl"] > 0
+
+
+def test_a_mixture_with_neftune_trains_under_fsdp(assets: Path, tmp_path: Path) -> None:
+    cfg = mix_config(finetune="full", lora=None, strategy="fsdp", max_steps=3, log_every=3, batch_size=4)
+    cfg["data"] = {"mix": MIX, "max_length": 64, "neftune_alpha": 5.0, "mix_strategy": "oversample"}
+    out = tmp_path / "fsdp"
+    done = run(out, cfg, assets, nproc=2)
+    assert done.returncode == 0, done.stdout
+    assert "data.mix (oversample): data/train.jsonl 1195 of 512" in done.stdout, done.stdout  # 512 / 0.3 -> 1707
+    assert sum(seen_rows(out)[3].values()) == 3 * 2 * 4
+    assert (out / "outputs" / "model.safetensors").is_file()

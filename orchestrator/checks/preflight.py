@@ -41,14 +41,16 @@ class Needs:
     nproc: int | None = None        # an explicit nproc_per_node; None for auto
     torch: bool = False             # the built-in trainer, or a command with no setup step
     job: str = ""
+    cpu_rows: tuple[Row, ...] = ()  # shown on a host with no GPU: what the command leaves to its framework
     spec: JobSpec | None = field(default=None, compare=False)  # the job: can a Slurm cluster ever run it?
 
     @classmethod
-    def of(cls, spec: JobSpec) -> "Needs":
+    def of(cls, spec: JobSpec, cpu_rows: tuple[Row, ...] = ()) -> "Needs":
+        """``cpu_rows``: ``gpudefaults.rows`` of the job's command (it reads the workspace)."""
         precision = spec.train.precision if spec.train is not None else "auto"
         nproc = spec.launch.nproc_per_node if isinstance(spec.launch.nproc_per_node, int) else None
         return cls(gpu=precision in ("fp16", "bf16"), bf16=precision == "bf16", nproc=nproc,
-                   torch=spec.train is not None or not spec.setup, job=spec.name, spec=spec)
+                   torch=spec.train is not None or not spec.setup, job=spec.name, cpu_rows=cpu_rows, spec=spec)
 
 
 def _gb(n: Any) -> float:
@@ -92,6 +94,7 @@ def _gpu_rows(facts: dict[str, Any], needs: Needs) -> list[Row]:
             rows.append(Row("GPUs", "none", WARN, f"{note}; {needs.nproc} CPU processes"))
         else:
             rows.append(Row("GPUs", "none", WARN, note))
+        rows += needs.cpu_rows
     else:
         for g in gpus:
             total, used = g.get("memory_total_mb") or 0, g.get("memory_used_mb") or 0

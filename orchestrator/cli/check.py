@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.checks import gpudefaults
 from orchestrator.checks.laptop import laptop_report
 from orchestrator.checks.preflight import Needs, preflight_hosts
 from orchestrator.checks.verdict import table
@@ -28,7 +29,9 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     """Validate a job file; exit 2 with file:line:column and the field when it is invalid,
     when the workspace folder is missing, or when launch.command runs a workspace file that
     will not be synced (missing, or excluded: the message names the ignore rule).
-    With --remote, also check each host can run it (exit 4 on a blocker).
+    With --remote, also check each host can run it (exit 4 on a blocker); on a host with no
+    GPU it names what the command leaves to its framework that may need one (TRL's bf16
+    default, accelerate's host config, torchtune's device: cuda) and the flags for the CPU.
 
     An excluded file's message also gives the .orchignore line that brings it back. Warnings
     (exit 0): files or folders the command's arguments name that will not be synced or are
@@ -59,7 +62,7 @@ def check_cmd(app: App, spec_file: Path, remote: bool) -> None:
     for note in notes:
         click.echo(textwrap.fill(note, width=78, initial_indent="  ", subsequent_indent="    "))
     if remote:
-        preflight_hosts(resolved, app.inventory, Needs.of(loaded.spec),
+        preflight_hosts(resolved, app.inventory, Needs.of(loaded.spec, gpudefaults.rows(loaded.spec, Path(loaded.workspace_dir))),
                         lambda host, rows: app.out.print(table(host, rows)))  # exit 4 on a blocker
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.app import App, notify_option, pass_app
-from orchestrator.errors import UsageError
+from orchestrator.controller import laptop
+from orchestrator.errors import HostError, UsageError
+from orchestrator.home import orch_home
 from orchestrator.fetch import links, trackers, unfetched
 from orchestrator.fetch.download import fetch, nothing_selected, unwritable_error
 from orchestrator.fetch import leftovers
@@ -57,6 +59,9 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     .part-step-N/ and renamed once every file is verified; while the job runs, only once it
     holds COMPLETE.
 
+    A managed job's box that does not answer: the copy its controller kept (outputs, logs,
+    metrics, the latest checkpoint) is fetched from the controller instead.
+
     Tracker folders come like any other output: `outputs: [outputs/, runs/, wandb/]`
     brings TensorBoard's runs/ and W&B's wandb/; --wandb-sync then uploads the offline
     W&B runs with the laptop's `wandb sync`.
@@ -86,6 +91,10 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
     if wandb_sync and watch:
         raise UsageError("--wandb-sync goes without --watch (an offline run is synced once it is finished)")
     record = app.registry.get(job)
+    managed = bool(laptop.managed(orch_home(), [record.job_id]))
+    if managed:  # where its controller runs it now
+        laptop.refresh(app.inventory, app.registry, [record.job_id], app.say)
+        record = app.registry.get(record.job_id)
     with_checkpoints = watch if checkpoints is None else checkpoints
     extra = (["checkpoints/"] if with_checkpoints else []) + list(patterns)
     if watch:
@@ -93,8 +102,18 @@ def fetch_cmd(app: App, job: str, dest: Path, checkpoints: bool | None, patterns
         if status.get("state") != "succeeded":
             raise SystemExit(1)
         return
-    summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything,
-                    follow_links=follow_links)
+    try:
+        summary = fetch(record, app.inventory, dest, app.say, extra=extra, everything=everything,
+                        follow_links=follow_links)
+    except HostError:
+        if not managed:
+            raise
+        folder, count = laptop.fetch_from_controller(app.inventory, record.job_id, dest, app.say)
+        if as_json:
+            app.json({"job_id": record.job_id, "dest": str(folder), "from_controller": True, "files": count})
+        else:
+            click.echo(f"{folder}: {count} file(s) from the controller's copy")
+        return
     left = unfetched.unfetched(summary.unselected, summary.here)
     if as_json:
         app.json({"job_id": record.job_id, "dest": str(summary.dest), "fetched": summary.fetched,

@@ -33,6 +33,8 @@ from orchestrator.cli.app import App, notify_option, pass_app
 from orchestrator.display.progress import JobProgress, StatusRow, detail_lines, status_lines
 from orchestrator.display.table import width_for
 from orchestrator.errors import UsageError
+from orchestrator.controller import laptop
+from orchestrator.home import orch_home
 from orchestrator.jobs import overview
 from orchestrator.state.registry import JobRecord
 from orchestrator.termtext import clean
@@ -44,6 +46,14 @@ def refresh(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
     """Statuses (``jobs/overview.py``: ``refresh``; finished jobs from the registry alone), with
     the daily word on a billing instance no host entry names."""
     return overview.refresh(records, lambda: app.inventory, app.registry, app.say, watch_billing=True)
+
+
+def managed_jobs(app: App, records: list[JobRecord]) -> dict[str, dict[str, Any]]:
+    """The managed jobs among ``records`` (docs/managed.md), their controller asked when one
+    is not finished: a job it moved is moved in the registry here too."""
+    if not laptop.managed(orch_home(), [r.job_id for r in records]):
+        return {}
+    return laptop.refresh(app.inventory, app.registry, [r.job_id for r in records], app.say)
 
 
 def progress_of(app: App, record: JobRecord, status: dict[str, Any]) -> JobProgress:
@@ -123,6 +133,9 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
 
     found = sweepstatus.members(app.registry, sweep) if sweep is not None else None
     records = [r for r, _ in found] if found is not None else [app.registry.get(job)] if job else app.registry.all()
+    managed = managed_jobs(app, records)
+    if managed:
+        records = [app.registry.get(r.job_id) for r in records]  # a job its controller moved: where it is now
     if as_json:
         statuses = refresh(app, records)
         if found is not None and sweep is not None:
@@ -130,6 +143,9 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
             app.json(sweepstatus.as_json(found, rows, sweep))
             return
         items = [overview.status_json(r, statuses[r.job_id], progress_of(app, r, statuses[r.job_id])) for r in records]
+        for item in items:
+            if item["job_id"] in managed:
+                item["managed"] = managed[item["job_id"]]
         app.json(items[0] if job else items)
         return
     if not records:
@@ -142,7 +158,8 @@ def status_cmd(app: App, job: str | None, as_json: bool, watch: bool, wide: bool
             rows = sweepstatus.rows_for(app, found, statuses, progress_of, Path("runs"))
             return sweepstatus.sweep_lines(sweepstatus.keys_of(found), rows, width_for(wide), known_ids,
                                            sweepstatus.combinations_of(found))
-        return _lines(app, records, statuses, known_ids, width_for(wide), single=bool(job))
+        return _lines(app, records, statuses, known_ids, width_for(wide), single=bool(job)) + [
+            f"{r.job_id}: {laptop.words(managed[r.job_id])}" for r in records if r.job_id in managed]
 
     if not watch:
         _print(render(refresh(app, records)))

@@ -139,6 +139,21 @@ class Controller:
     def down(self) -> dict[str, Any]:
         return self._call("down")
 
+    def pull(self, job_id: str, consume: Callable[[Any], int]) -> int:
+        """The controller's copy of ``job_id`` as a tar stream (``host.py pack``) handed to
+        ``consume`` (a file-like object to read); what ``consume`` returns."""
+        self._call("deps")  # installs this version's code when it is missing
+        proc = self.transport.start(ship.argv(self.host, "pack", job_id))
+        try:
+            result = consume(_Reader(proc))
+            code = proc.wait()
+        finally:
+            proc.kill()
+        if code != 0:
+            raise RemoteError(f"the controller on {self.host.name} has no copy of {job_id} "
+                              f"({proc.stderr.decode(errors='replace').strip()[-300:] or f'exit {code}'})")
+        return result
+
     def follow_log(self, follow: bool, tail: int, write: Callable[[bytes], None]) -> None:
         """The log's last ``tail`` lines; ``follow``: then what it writes, until interrupted."""
         args = ["--tail", str(tail)] + (["-f"] if follow else [])
@@ -150,3 +165,13 @@ class Controller:
             proc.wait()
         finally:
             proc.kill()
+
+
+class _Reader:
+    """A ``Process``'s stdout as the file object ``tarfile`` streams from."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+
+    def read(self, size: int = 65536) -> bytes:
+        return self.proc.read(size if size and size > 0 else 65536)

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.controller import laptop
 from orchestrator.controller.client import Controller, recorded_host
 from orchestrator.errors import UsageError
 from orchestrator.hosts.inventory import Host, Inventory
@@ -86,5 +87,6 @@ def hand_over(job_id: str, spec: Any, recovery: Recovery, inventory: Inventory, 
     }
     with Controller(inventory.get(where), inventory, say) as ctl:
         reply = ctl.ask(request)
+    laptop.record(inventory.home, job_id, where)
     say(f"{job_id} is managed by the controller on {where} (orch controller status)")
     return reply

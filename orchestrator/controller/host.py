@@ -13,6 +13,7 @@ Verbs (each prints one JSON object on stdout unless said otherwise):
 - ``ask`` (stdin: a request): pass it to the controller; ``{"running": false, ...}`` when none runs.
 - ``down``: stop it, wait until its lease is free, take its crontab line out.
 - ``logs [--tail N] [-f]``: the log's last lines as text; ``-f``: then follow until killed.
+- ``pack JOB``: the controller's copy of a managed job as a tar on stdout.
 
 Only the standard library (and orch's own stdlib-only ``home``) is imported before ``run``: ``deps`` must answer where the
 dependencies are missing.
@@ -190,6 +191,28 @@ def logs(layout: Layout, args: list[str]) -> int:
                 time.sleep(0.5)
 
 
+def pack(layout: Layout, job_id: str) -> int:
+    """The controller's copy of ``job_id`` (``home/runs/<job_id>/``, less the move kit and
+    unfinished parts) as a tar on stdout; exit 1 when there is none."""
+    import re
+    import tarfile
+
+    folder = layout.home / "runs" / job_id
+    if not re.match(r"^[a-z0-9][a-z0-9-]*$", job_id) or not folder.is_dir():
+        sys.stderr.write(f"no copy of {job_id!r} here\n")
+        return 1
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if rel.parts[0] == ".orch-job" or any(p.startswith((".part-", ".gone-")) or p.endswith(".part")
+                                                  for p in rel.parts):
+                continue
+            if path.is_file() and not path.is_symlink():
+                tar.add(path, arcname=str(rel), recursive=False)
+    sys.stdout.flush()
+    return 0
+
+
 def run(layout: Layout, code: str) -> int:
     """Be the controller: the settings from ``up``, its own ORCH_HOME, then ``service``."""
     settings = json.loads(layout.settings.read_text()) if layout.settings.is_file() else {}
@@ -240,5 +263,7 @@ def main(folder: str, code: str, argv: list[str]) -> int:
         return _json(down(layout))
     if verb == "logs":
         return logs(layout, args)
+    if verb == "pack":
+        return pack(layout, args[0] if args else "")
     sys.stderr.write(f"unknown verb {verb!r}\n")
     return 2

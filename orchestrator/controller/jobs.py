@@ -101,9 +101,33 @@ class Jobs:
         return {"managed": job_id, **self.service.status()}
 
     def describe(self) -> dict[str, Any]:
-        return {"jobs": [{k: m.get(k) for k in ("job_id", "phase", "state", "hosts", "restarts", "checked_at",
-                                                "note", "history")} | {"recoveries": m.get("restarts", 0)}
-                         for m in self.all()]}
+        found = []
+        for m in self.all():
+            try:
+                job_dir: str | None = self.orch.registry.get(m["job_id"]).job_dir
+            except OrchError:
+                job_dir = None
+            found.append({k: m.get(k) for k in ("job_id", "phase", "state", "hosts", "restarts", "checked_at",
+                                                 "note", "history")} | {"recoveries": m.get("restarts", 0),
+                                                                        "job_dir": job_dir})
+        return {"jobs": found}
+
+    def cancel(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``orch cancel``: the job is no longer managed (after the check under way, if any)."""
+        job_id = str(request.get("job_id"))
+        if not self.lock.acquire(timeout=45):
+            return {"error": f"a check of the managed jobs (a recovery) is under way: run orch cancel {job_id} again"}
+        try:
+            m = self.load(job_id)
+            if not m:
+                return {"error": f"{job_id} is not managed here"}
+            if m.get("phase") != "done":
+                m.update(phase="done", state="cancelled", note="cancelled with orch cancel: no longer managed")
+                self.save(m)
+                log(f"{job_id}: {m['note']}")
+            return {"cancelled": job_id}
+        finally:
+            self.lock.release()
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -267,3 +291,4 @@ def attach(service: Service) -> None:
     service.duty = jobs.check_all
     service.describe = jobs.describe
     service.ops["manage"] = jobs.manage
+    service.ops["cancel"] = jobs.cancel

@@ -72,6 +72,15 @@ def test_a_managed_job_whose_box_dies_ends_succeeded_on_the_recovery_host(
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert steps_logged(run) == list(range(1, 13))  # metrics continuous across the move: each step once
 
+    # the laptop sees it: where it runs now and how often it was recovered; fetch from there
+    status = orch.json("status", job)
+    assert status["state"] == "succeeded" and status["hosts"] == ["box2"], status
+    assert status["managed"]["recoveries"] == 1 and status["managed"]["controller"] == "local"
+    assert f"{job}: managed by the controller on local: on box2, recovered 1x" in orch("status").stdout
+    orch("fetch", job)
+    here = adapter(orch.cwd / "runs" / job)
+    assert all(torch.equal(a[k], here[k]) for k in a)
+
 
 def test_a_managed_job_whose_script_fails_is_not_restarted(orch: Orch, box: str, box2: str,
                                                            controllers: list[str]) -> None:
@@ -147,12 +156,17 @@ def test_a_managed_job_lost_more_often_than_max_restarts_stays_lost(
     assert "max_restarts (0) reached: not recovered" in done["note"]
     assert not (orch.remote_root / "box2" / "jobs" / job).exists()
 
+    fetched = orch("fetch", job)  # the box is gone: the controller's copy
+    assert "from the controller's copy" in fetched.stdout, fetched
+    assert len(list((orch.cwd / "runs" / job / "outputs").glob("attempt-1-*"))) == 1
+    assert "tick 1" in (orch.cwd / "runs" / job / "logs" / "node0.log").read_text()
 
-def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran(orch: Orch, box: str,
-                                                                      controllers: list[str]) -> None:
+
+def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran_and_orch_cancel_ends_its_management(
+        orch: Orch, box: str, controllers: list[str]) -> None:
     controllers.append("local")
     orch("controller", "up", "local", env=FAST)
-    spec = write_job(orch.cwd, "tick", box, ["python", "tick.py", "40"])
+    spec = write_job(orch.cwd, "tick", box, ["python", "tick.py"])
     (orch.cwd / "ws" / "tick.py").write_text(TICKER)
     job = json.loads(orch("submit", str(spec), "--managed", "--json").stdout)["job_id"]
     orch.wait_state(job, ("running",))
@@ -161,7 +175,14 @@ def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran(orch: Orc
     status = json.loads((folder / "status.json").read_text())
     os.kill(status["supervisor_pid"], signal.SIGKILL)  # the box rebooted: no process left, no end written
     os.killpg(status["pgid"], signal.SIGKILL)
-    done = wait_done(orch, job, timeout=300)
-    assert done["state"] == "succeeded" and done["recoveries"] == 1 and done["hosts"] == ["box"], done
-    assert "supervisor on box is gone" in done["history"][0]["why"]
+    wait_until(lambda: managed(orch, job).get("recoveries") == 1 and managed(orch, job)["phase"] == "watching",
+               what="the restart", timeout=300, detail=lambda: orch("controller", "logs", check=None).stdout)
+    assert "supervisor on box is gone" in managed(orch, job)["history"][0]["why"]
+    orch.wait_state(job, ("running",))
+    assert f"{job}: managed by the controller on local: on box, recovered 1x" in orch("status").stdout
+
+    out = orch("cancel", job)
+    assert f"{job}: no longer managed" in out.stderr and f"{job}: cancelled" in out.stdout
+    done = managed(orch, job)
+    assert done["phase"] == "done" and "cancelled with orch cancel" in done["note"]
     assert len(list((folder / "outputs").glob("attempt-*"))) == 2  # the first, then one restart

@@ -97,6 +97,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "status": ("status", "Show jobs: state, nodes, step/total, loss, tokens/s, ETA, elapsed, and a cost "
                          "estimate for hosts with a price (orch hosts add ... --price-per-hour)."),
     "submit": ("submit", "Validate, sync the workspace, set up and launch a job."),
+    "tunnel": ("tunnel", "Forward local ports to a box through orch's own SSH connection, and print the local URLs."),
     "up": ("provision", "Power a provider host on and wait until SSH answers (credentials re-read on each try)."),
 }
 

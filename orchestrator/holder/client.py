@@ -21,7 +21,7 @@ from orchestrator.errors import HostError
 from orchestrator.holder.wire import Reader, ask, connect, lock_free, place, send_frame
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
-from orchestrator.transport.base import Process, Transport
+from orchestrator.transport.base import ForwardRefused, Process, Stream, Transport
 from remote_payload.contract.bytequeue import ByteQueue
 
 WINDOW = 1 << 20        # stdin bytes in flight before ``write`` waits for the holder's acks
@@ -69,6 +69,28 @@ def held_words(payload: bytes) -> str:
                 + (f" (after {took['waited_ms']:.0f} ms waiting for a spare)" if took["waited_ms"] >= 1 else ""))
     except (ValueError, TypeError, KeyError, AttributeError):
         return "started"
+
+
+def first_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
+    """The holder's answer to a forward, read byte-exact (a ``Reader`` would buffer the
+    forwarded bytes that follow it); ``None`` at EOF."""
+    def exact(n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    head = exact(5)
+    if head is None:
+        return None
+    length = struct.unpack(">I", head[1:5])[0]
+    if length > 1 << 16:
+        raise ValueError("oversized answer")
+    payload = exact(length)
+    return None if payload is None else (head[:1], payload)
 
 
 class HeldProcess(Process):
@@ -249,6 +271,46 @@ class HeldTransport(Transport):
                 if self._direct is None:
                     self._direct = self._fallback()
         return self._direct.start(argv, warm=warm)
+
+    def forward(self, address: str, port: int) -> Stream:
+        """A stream to ``address:port`` through the holder's connection (the socket itself,
+        once the holder said ``S``); through the direct connection when the holder is gone or
+        cannot open one. ``ForwardRefused`` with the server's words."""
+        if self._direct is None:
+            sock = None
+            try:
+                sock = connect(self.sock)
+                sock.settimeout(REPLY_S)
+                sock.sendall(json.dumps({"op": "forward", "address": address, "port": port}).encode() + b"\n")
+                got = first_frame(sock)
+            except socket.timeout:
+                if sock is not None:
+                    sock.close()
+                raise self.error(": no answer") from None
+            except (OSError, ValueError):
+                got = None
+            if got is not None and got[0] == b"S":
+                assert sock is not None
+                sock.settimeout(None)
+                return sock
+            if sock is not None:
+                sock.close()
+            if got is not None and got[0] == b"R":
+                raise ForwardRefused(got[1].decode("utf-8", "replace"))
+            with self._lock:
+                if self._direct is None:
+                    self._direct = self._fallback()
+        return self._direct.forward(address, port)
+
+    def alive(self) -> bool:
+        """The direct connection's state once one was made, else whether the holder answers
+        and says its connection is up."""
+        if self._direct is not None:
+            return self._direct.alive()
+        try:
+            return ask(self.sock, "ping").get("active") is True
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         """Stop every command still running through the holder (as closing an SSH connection

@@ -2,6 +2,7 @@
 
 Each client's command is one exec channel whose output becomes frames (``orchestrator.holder.wire``);
 a few started spares are kept for argv lists asked for ``warm`` (their output buffered, none lost).
+A client's forward (``orch tunnel``) is one ``direct-tcpip`` channel spliced to its socket.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from orchestrator import settings
 from orchestrator.errors import OrchError
 from orchestrator.holder.wire import MAX_FRAME, Reader, frame
 from orchestrator.transport import shell
+from orchestrator.transport.base import ForwardRefused
+from orchestrator.transport.splice import splice
 from orchestrator.transport.ssh import RECV_BYTES, SSHTransport, keepalive
 
 # Commands that follow each other at once (a submit, a resubmit, another) each find one started
@@ -228,6 +231,26 @@ class Commands:
                 self.busy.discard(ch)
             if later:
                 self.refill(argv)
+
+    def forward(self, conn: socket.socket, address: str, port: int) -> None:
+        """One forward for one client: ``S`` then the raw bytes both ways until both ends
+        closed; ``R`` with the server's words when it could not connect there; ``X`` when the
+        holder cannot open a channel (the client then forwards on a direct connection)."""
+        try:
+            if self.reason:
+                raise OSError("the connection holder is stopping")
+            chan = self.ssh.forward(address, port)
+        except ForwardRefused as exc:
+            conn.sendall(frame(b"R", str(exc).encode()))
+            return
+        except (OrchError, *SSH_ERRORS) as exc:
+            log.info("could not open a forward (the client connects directly): %r", exc)
+            conn.sendall(frame(b"X", str(exc).encode()))
+            return
+        with self.lock:
+            self.served += 1
+        conn.sendall(frame(b"S", b"{}"))
+        splice(conn, chan)
 
     @staticmethod
     def take_input(reader: Reader, ch: Channel, stdin: Stdin) -> None:

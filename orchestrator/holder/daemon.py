@@ -150,6 +150,9 @@ class Holder(Commands):
             elif op is None and isinstance(request.get("argv"), list) and request["argv"] and \
                     all(isinstance(word, str) for word in request["argv"]):
                 self.execute(conn, reader, request["argv"], request.get("warm") is True)
+            elif op == "forward" and isinstance(request.get("address"), str) and \
+                    isinstance(request.get("port"), int) and not isinstance(request["port"], bool):
+                self.forward(conn, request["address"], request["port"])
         except (OSError, ValueError) as exc:
             log.info("a client went away: %s", exc)
         finally:

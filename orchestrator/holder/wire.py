@@ -11,6 +11,11 @@ then streams ``O``/``E`` (stdout/stderr), ``A`` (stdin bytes written: a 1 MiB wi
 ends with ``C`` (exit code) or ``L`` (the command was lost, with why). The client sends ``I``
 (stdin), ``F`` (stdin EOF) and ``K`` (kill).
 
+A forward (``orch tunnel``): the client sends ``{"op": "forward", "address": str, "port": int}``;
+the holder answers ``S`` and from then on the socket carries the forwarded bytes as they are,
+both ways, or ``R`` (the server could not connect there: its words) or ``X`` (not opened: the
+caller may forward on a direct connection).
+
 A holder lives at ``<folder>/<key>.sock`` (with its ``.lock`` and ``.log``) in a private
 folder; the key names the connection it keeps. Nothing here imports paramiko: a command that
 finds its holder never pays for it.

@@ -406,7 +406,7 @@ class Batch:
         detail = {"submission": unit.key, **slurmcheck.log_nodes(plan)} if unit.key else {}
         registry = self.hosts.registry
         registry.add(unit.job_id, unit.loaded.spec.name, str(unit.loaded.path), unit.names, plan.job_dir, SUBMITTING,
-                     detail or None, sweep=unit.sweep, secret_env=plan.secret_env)
+                     detail or None, sweep=unit.sweep, secret_env=plan.secret_env, ports=unit.loaded.spec.launch.ports)
         if unit.job_id in self.reused:  # an earlier submit's reservation: this submit's ending replaces its
             registry.update(unit.job_id, SUBMITTING, detail)
         self.reserved[unit.index] = detail

@@ -163,6 +163,20 @@ class Launch(Frozen):
         "start in the order they were queued (FIFO)."
     )
 
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list, max_length=16, description="Ports the job serves on its (first) node, e.g. `[6006]` "
+        "for TensorBoard: `orch submit --follow` and `orch logs -f` print the `orch tunnel` command that makes them "
+        "reachable on the laptop, and `orch tunnel JOB` opens them all (docs/commands.md: orch tunnel)."
+    )
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_once(cls, value: list[int]) -> list[int]:
+        twice = sorted({p for p in value if value.count(p) > 1})
+        if twice:
+            raise ValueError(f"port {', '.join(map(str, twice))} is listed more than once")
+        return value
+
     @model_validator(mode="after")
     def _a_process_per_gpu(self) -> "Launch":
         if isinstance(self.nproc_per_node, int) and isinstance(self.gpus, int) and 0 < self.gpus < self.nproc_per_node:

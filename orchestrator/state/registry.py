@@ -55,7 +55,9 @@ SECRET_NAMES_KEY = "_orch_secret_env"
 # ended (``orch fetch``): ``{host: time}``, kept the same way. ``orch gc`` removes such a job's
 # folder there (``JobRecord.fetched``; ``record_fetched``).
 FETCHED_KEY = "_orch_fetched"
-KEPT_KEYS = (SECRET_NAMES_KEY, FETCHED_KEY)
+# The job's ``launch.ports`` (what ``orch tunnel JOB`` opens; ``JobRecord.ports``), kept the same way.
+PORTS_KEY = "_orch_ports"
+KEPT_KEYS = (SECRET_NAMES_KEY, FETCHED_KEY, PORTS_KEY)
 # Keys of ``detail`` that are orch's own, not the host's status: this orch knows these two; any
 # other key with this prefix was written by a newer orch (layout.py's rules) and is kept through
 # ``update`` and ``move`` as ``KEPT_KEYS`` are, and never shown.
@@ -75,6 +77,7 @@ class JobRecord:
     final: dict[str, Any] | None = None  # the final status row of a terminal job, once recorded
     secret_env: list[str] = field(default_factory=list)  # the names of its secret_env (values never)
     fetched: dict[str, float] = field(default_factory=dict)  # host -> when its outputs were fetched, verified
+    ports: list[int] = field(default_factory=list)  # its launch.ports: what `orch tunnel JOB` opens
 
     def status(self) -> dict[str, Any]:
         """The job's status as last recorded (what ``orch status`` shows when it does not ask
@@ -151,11 +154,13 @@ class Registry:
 
     def add(self, job_id: str, name: str, spec_path: str, hosts: list[str], job_dir: str, state: str,
             detail: dict[str, Any] | None = None, sweep: SweepEntry | None = None,
-            secret_env: list[str] | None = None) -> None:
+            secret_env: list[str] | None = None, ports: list[int] | None = None) -> None:
         """Record a new job (nothing when the id is already there); with ``sweep``, its place in
-        that sweep, in the same transaction; ``secret_env``: the names only."""
+        that sweep, in the same transaction; ``secret_env``: the names only; ``ports``: its
+        ``launch.ports``."""
         now = time.time()
-        detail = dict(detail or {}, **({SECRET_NAMES_KEY: list(secret_env)} if secret_env else {}))
+        detail = dict(detail or {}, **({SECRET_NAMES_KEY: list(secret_env)} if secret_env else {}),
+                      **({PORTS_KEY: list(ports)} if ports else {}))
         with db_file.writing(self.path) as db:
             db.execute(
                 f"INSERT OR IGNORE INTO jobs ({JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -292,12 +297,14 @@ class Registry:
             final = _final(detail.pop(FINAL_KEY, None))
             names = detail.pop(SECRET_NAMES_KEY, None)
             fetched = detail.pop(FETCHED_KEY, None)
+            ports = detail.pop(PORTS_KEY, None)
             detail = {k: v for k, v in detail.items() if not k.startswith(PRIVATE)}  # a newer orch's own keys
             yield JobRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], detail,
                             final if r[6] in TERMINAL else None,
                             [n for n in names if isinstance(n, str)] if isinstance(names, list) else [],
                             {str(h): float(t) for h, t in fetched.items() if isinstance(t, (int, float))}
-                            if isinstance(fetched, dict) else {})
+                            if isinstance(fetched, dict) else {},
+                            [p for p in ports if type(p) is int] if isinstance(ports, list) else [])
 
     def all(self) -> list[JobRecord]:
         return list(self._rows())

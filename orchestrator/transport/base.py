@@ -3,7 +3,9 @@ its exit code and its last lines, for a person).
 
 A transport runs an argv list on its host: ``start`` gives a streaming ``Process``;
 ``run`` is ``start`` + feed stdin + collect output, with an optional timeout. Both the SSH
-and the local transport implement only ``start`` and ``close``.
+and the local transport implement only ``start`` and ``close``. An SSH transport also opens a
+byte stream to a TCP address as the host sees it (``forward``: ``orch tunnel``), and says
+whether its connection is still up (``alive``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import shlex
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
-from orchestrator.errors import RemoteError
+from orchestrator.errors import RemoteError, UsageError
 
 RAN_MAX_CHARS = 160      # what a CommandFailed message shows of the command that ran
 WORD_MAX_CHARS = 60      # a longer argv word (a script, a JSON blob) is shown as a placeholder
@@ -66,6 +68,22 @@ class Process(ABC):
         """Everything the command wrote to stderr so far."""
 
 
+class Stream(Protocol):
+    """A byte stream to a TCP address on the host's side (``Transport.forward``): a paramiko
+    channel or a socket to the connection holder. ``transport/splice.py`` ends its write side."""
+
+    def recv(self, size: int) -> bytes: ...
+
+    def sendall(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ForwardRefused(RemoteError):
+    """The host could not connect to the address asked for (nothing listens there, or its
+    sshd does not allow forwarding): that one stream fails, the connection stays up."""
+
+
 class Transport(ABC):
     """Runs argv on one host. Raises ``HostError`` when the host cannot be reached."""
 
@@ -80,6 +98,16 @@ class Transport(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the connection; idempotent."""
+
+    def forward(self, address: str, port: int) -> Stream:
+        """A stream to ``address:port`` as the host sees it (SSH's ``direct-tcpip``, what
+        ``ssh -L`` opens). ``ForwardRefused`` when the host cannot connect there, ``HostError``
+        when the connection is lost. Only SSH transports forward."""
+        raise UsageError(f"{self.name} is this machine: there is nothing to forward")
+
+    def alive(self) -> bool:
+        """Whether the connection is still up (a transport without one: always)."""
+        return True
 
     def run(self, argv: Sequence[str], *, input: bytes | None = None, timeout: float | None = None) -> Result:
         """Run to completion. On timeout the command is stopped and exit code is 124."""

@@ -29,7 +29,7 @@ from orchestrator import settings
 from orchestrator.errors import HostError, HostKeyError, UsageError
 from orchestrator.hosts.inventory import Host
 from orchestrator.transport import shell
-from orchestrator.transport.base import Process, Transport
+from orchestrator.transport.base import ForwardRefused, Process, Stream, Transport
 from remote_payload.contract.bytequeue import ByteQueue
 
 WINDOW_BYTES = 8 << 20
@@ -282,6 +282,32 @@ class SSHTransport(Transport):
             raise self.lost(exc) from None
         return SSHProcess(self, channel, command)
 
+    def forward(self, address: str, port: int) -> Stream:
+        """A ``direct-tcpip`` channel to ``address:port`` as the host sees it (``ssh -L``)."""
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise self.lost(None)
+        try:
+            return transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0),
+                                          timeout=settings.CONNECT_TIMEOUT.seconds())
+        except paramiko.ChannelException as exc:
+            raise ForwardRefused(refused_words(self.host.name, address, port, exc.code, exc.text)) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self.lost(exc) from None
+
+    def alive(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is not None and transport.is_active() and not self._closed.is_set()
+
     def close(self) -> None:
         self._closed.set()
         self.client.close()
+
+
+def refused_words(host: str, address: str, port: int, code: int, text: str) -> str:
+    """Why the server opened no forward: RFC 4254's reason codes (1: prohibited by its sshd's
+    ``AllowTcpForwarding``, 2: nothing accepted the connection there)."""
+    if code == 1:
+        return (f"{host} does not allow port forwarding ({text or 'administratively prohibited'}): "
+                "its sshd_config needs AllowTcpForwarding yes")
+    return f"{host} could not connect to {address}:{port} ({text or 'connect failed'}): is something listening there?"

@@ -1,0 +1,75 @@
+"""``orch tunnel JOB|HOST [PORT]...``: a port of the box on the laptop (``orchestrator/tunnel/``)."""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.app import App, pass_app
+from orchestrator.errors import UsageError
+
+
+@click.command("tunnel")
+@click.argument("name", metavar="JOB|HOST")
+@click.argument("ports", nargs=-1, metavar="[PORT|HOST:PORT]...")
+@click.option("--local", "local", type=int, multiple=True, metavar="LPORT",
+              help="The laptop's port for each PORT, in order (default: the same number; 0: a free one).")
+@click.option("--bind", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="The laptop's address to listen on (0.0.0.0: reachable from other machines too).")
+@pass_app
+def tunnel_cmd(app: App, name: str, ports: tuple[str, ...], local: tuple[int, ...], bind: str) -> None:
+    """Forward local ports to a box through orch's own SSH connection, and print the local URLs.
+
+    PORT is a port on the box (`6006`), or HOST:PORT as the box reaches it. A JOB's ports are on
+    its first node (a Slurm job's compute node, through the login node); without PORT, the job's
+    `launch.ports` are opened. The tunnel connects again by itself after a dropped link or a power
+    cycle (a provider host's new endpoint is asked of its provider) and runs until Ctrl-C.
+
+    \b
+    Examples:
+      orch tunnel box 6006                   # http://127.0.0.1:6006 -> localhost:6006 on box
+      orch tunnel gpt2-lora                  # the job's launch.ports
+      orch tunnel box 8888 6006 --local 0 --local 16006
+      orch tunnel box db.internal:5432       # an address the box reaches
+    """
+    from orchestrator.tunnel import ports as parsing
+    from orchestrator.tunnel.target import resolve
+
+    target = resolve(name, app.inventory, app.registry)
+    words = list(ports)
+    if not words and target.job is not None:
+        words = [str(p) for p in target.job.ports]
+        if not words:
+            raise UsageError(f"{target.job.job_id} has no launch.ports: name the port, e.g. "
+                             f"orch tunnel {target.job.job_id} 6006")
+    if not words:
+        raise UsageError(f"name the port(s) of {target.host.name} to forward, e.g. orch tunnel {target.host.name} 6006")
+    forwards = parsing.parse(words, list(local))
+    if target.host.kind == "local":
+        moved = [f for f in forwards if f.local not in (f.port, 0) or f.address]
+        if moved:
+            raise UsageError("local is this machine: its ports are here already, there is nothing to forward "
+                             "(--local and HOST:PORT do not apply)")
+        for f in forwards:
+            click.echo(f"http://127.0.0.1:{f.port}")
+        app.say("local is this machine: its ports are here already, no tunnel is needed")
+        return
+
+    from orchestrator.tunnel.link import Link
+    from orchestrator.tunnel.listen import Tunnel
+
+    tunnel = Tunnel(Link(target, app.inventory, app.say), forwards, bind, app.say)
+    try:
+        tunnel.open()
+        for line in tunnel.lines():
+            click.echo(line)
+        app.say(f"forwarding through {target.host.name} ({tunnel.link.endpoint()}); Ctrl-C ends the tunnel")
+        tunnel.start()
+        tunnel.wait()
+    except KeyboardInterrupt:
+        app.say("tunnel closed")
+        raise SystemExit(130) from None
+    finally:
+        tunnel.close()
+
+
+COMMANDS = [tunnel_cmd]

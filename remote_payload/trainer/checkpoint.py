@@ -5,7 +5,9 @@ Layout of `<out>/checkpoints/step-<N>/` (N = optimizer steps done):
     model.safetensors, config.json      full / partial: the whole unwrapped model, fp32 (save_pretrained)
     adapter_model.safetensors,          lora: the peft adapter only
       adapter_config.json
-    trainer_state.pt                    optimizer, scheduler and GradScaler state_dicts
+    trainer_state.pt                    optimizer, scheduler and GradScaler state_dicts (DeepSpeed: no optimizer)
+    deepspeed/state/                    strategy deepspeed: DeepSpeed's own sharded state, one optimizer
+                                          partition per rank (zero.py), written before COMPLETE
     rng.pt                              per-rank RNG states (python, numpy, torch, cuda), indexed by rank
     progress.json                       step, epoch, step_in_epoch, world_size, tokens seen
     train.json                          the resolved TrainConfig
@@ -26,6 +28,7 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -89,21 +92,28 @@ def fsync_tree(path: Path) -> None:
 def save_checkpoint(
     info: DistInfo, out: Path, raw_model: torch.nn.Module, cfg: TrainConfig, progress: Progress,
     optimizer: torch.optim.Optimizer, scheduler: object, scaler: torch.amp.GradScaler,
-    states: tuple[dict, dict] | None = None,
+    states: tuple[dict, dict | None] | None = None, shards: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write `checkpoints/step-<progress.step>/` (collective; see the module contract).
 
     `states`: the (model, optimizer) full state dicts, already gathered to rank 0 (FSDP; see
-    fsdp.py); None takes them from `raw_model` and `optimizer` (DDP / one process)."""
+    fsdp.py; DeepSpeed's optimizer state is None: it is in its shards); None takes them from
+    `raw_model` and `optimizer` (DDP / one process). `shards(folder)`: every rank writes its own
+    part into the unfinished folder (DeepSpeed's partitions, zero.save_shards; the folder must be
+    on a disk all ranks share) before rank 0 marks it COMPLETE."""
     rng = distributed.all_gather_object(info, _rng_state(info.device))
     root = out / "checkpoints"
     final = root / f"step-{progress.step}"
+    tmp = root / f"tmp-{progress.step}"
     if info.is_main:
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob("tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = root / f"tmp-{progress.step}"
         tmp.mkdir()
+    if shards is not None:
+        distributed.barrier(info)  # the folder exists before any rank writes into it
+        shards(tmp)
+    if info.is_main:
         model_state, optimizer_state = states or (None, optimizer.state_dict())
         raw_model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         torch.save(
@@ -154,7 +164,7 @@ def load_training_state(
 ) -> Progress:
     """Restore optimizer, scheduler, scaler and this rank's RNG; return where the run stood."""
     state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
+    optimizer.load_state_dict(state["optimizer"])  # DeepSpeed: zero.NoOptimizerIO (its shards hold the state)
     scheduler.load_state_dict(state["scheduler"])
     scaler.load_state_dict(state["scaler"])
     progress = Progress(**json.loads((ckpt / "progress.json").read_text()))

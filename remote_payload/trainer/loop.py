@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -46,6 +47,7 @@ from remote_payload.contract.train_config import TrainConfig, TrainSetupError
 from remote_payload.trainer import board, checkpoint, data, distributed, export, fsdp, metrics, mixture
 from remote_payload.trainer import model as modeling
 from remote_payload.trainer import setup as trainsetup
+from remote_payload.trainer import zero
 from remote_payload.trainer.data import IGNORE
 from remote_payload.trainer.setup import Run, lr_factor
 
@@ -160,7 +162,9 @@ def train_step(run: Run, micro: list[data.Batch], interval: Interval,
     The step's label-token count over all ranks (with the stop vote) is summed by an all-reduce
     that runs while the micro-batches compute, not a barrier before them: the backward uses a
     constant weight (the same on every rank, so DDP's averaging stays linear) and the optimizer
-    step applies the exact token normalisation to the gradients (`optimizer_step`'s grad_factor)."""
+    step applies the exact token normalisation to the gradients (`optimizer_step`'s grad_factor).
+    Under DeepSpeed (`run.engine`), which clips inside its own step, the count is waited for first
+    and the exact weight goes into the backward (zero.py)."""
     cfg, info = run.cfg, run.info
     n_labels = sum(b.n_label_tokens for b in micro)
     n_sources = len(run.progress.mix_seen)  # data.mix: the step's examples per source ride on the same all-reduce
@@ -168,16 +172,25 @@ def train_step(run: Run, micro: list[data.Batch], interval: Interval,
     votes = torch.tensor([n_labels, int(stop.requested), *mixed], dtype=torch.float64)
     counting = distributed.all_reduce_sum_async(info, votes)
     weight = 1.0 / (cfg.batch_size * cfg.data.max_length * cfg.grad_accum)  # keeps fp16 gradients in range
-    for i, batch in enumerate(micro):
-        with run.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():
-            loss = loss_sum(run.model, batch, run.autocast(), run.packing, run.head)
-            run.scaler.scale(loss * weight).backward()
-        interval.loss += loss.detach()
-    counting.wait()
-    world_labels, stop_votes, *world_mixed = votes.tolist()
-    grad_factor = info.world_size / (weight * max(world_labels, 1.0))  # DDP averaged over ranks: undo it
     lr = run.optimizer.param_groups[0]["lr"]
-    grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, cfg.max_grad_norm, grad_factor)
+    if run.engine is not None:  # strategy: deepspeed
+        counting.wait()
+        world_labels, stop_votes, *world_mixed = votes.tolist()
+        interval.loss += zero.accumulate(run.engine, micro, lambda b: loss_sum(run.model, b, run.autocast(), run.packing, run.head),
+                                         info.world_size / max(world_labels, 1.0))
+        grad_norm, stepped = zero.stepped(run.engine)
+        if stepped:
+            run.scheduler.step()
+    else:
+        for i, batch in enumerate(micro):
+            with run.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():
+                loss = loss_sum(run.model, batch, run.autocast(), run.packing, run.head)
+                run.scaler.scale(loss * weight).backward()
+            interval.loss += loss.detach()
+        counting.wait()
+        world_labels, stop_votes, *world_mixed = votes.tolist()
+        grad_factor = info.world_size / (weight * max(world_labels, 1.0))  # DDP averaged over ranks: undo it
+        grad_norm, _ = optimizer_step(run.params, run.optimizer, run.scheduler, run.scaler, cfg.max_grad_norm, grad_factor)
     n_tokens = sum(b.n_tokens for b in micro)
     p = run.progress
     run.progress = replace(p, step=p.step + 1, step_in_epoch=p.step_in_epoch + 1, tokens_seen=p.tokens_seen + n_tokens,
@@ -248,6 +261,8 @@ class Book:
                **rates, "peak_mem_mb": max(rank_peaks), "peak_mem_mb_per_rank": rank_peaks, "mfu": mfu}
         if run.scaler.is_enabled():
             row["scale"] = run.scaler.get_scale()
+        elif run.engine is not None and (scale := zero.loss_scale(run.engine)) is not None:
+            row["scale"] = scale
         if run.cfg.data.mix:
             row["mix_seen"] = {m.name: n for m, n in zip(run.cfg.data.mix, run.progress.mix_seen)}
         self.write(row)
@@ -269,9 +284,14 @@ class Book:
 
     def save(self) -> None:
         run = self.run
-        states = fsdp.full_state_dicts(run.model, run.optimizer) if run.sharded else None  # all gather, rank 0 writes
+        shards = None
+        if run.engine is not None:  # fp32 weights consolidated on rank 0; each rank writes its DeepSpeed partition
+            states = (zero.full_state_dict(run.engine, run.raw_model, run.cfg.finetune == "lora", run.info.is_main), None)
+            shards = functools.partial(zero.save_shards, run.engine)
+        else:
+            states = fsdp.full_state_dicts(run.model, run.optimizer) if run.sharded else None  # all gather, rank 0 writes
         checkpoint.save_checkpoint(run.info, run.out, run.raw_model, run.cfg, run.progress, run.optimizer, run.scheduler,
-                                   run.scaler, states=states)
+                                   run.scaler, states=states, shards=shards)
         self.saved_step = run.progress.step
 
 
@@ -291,8 +311,9 @@ def finish(run: Run, book: Book, stopped: distributed.StopSignal | None) -> int:
     if run.eval_set and book.evaluated_step != step:
         book.evaluate()
     if run.info.is_main:
-        # A sharded model cannot be merged or pruned in place: export a fresh copy of the final checkpoint.
-        final, tokenizer = (fsdp.unsharded_copy(run.cfg, checkpoint.latest_checkpoint(run.out)) if run.sharded
+        # A sharded (or DeepSpeed's) model cannot be merged or pruned in place: export a fresh copy of the final checkpoint.
+        final, tokenizer = (fsdp.unsharded_copy(run.cfg, checkpoint.latest_checkpoint(run.out))
+                            if run.sharded or run.engine is not None
                             else (run.raw_model, run.tokenizer))
         exported = export.export_outputs(final, tokenizer, run.cfg, run.out)
         book.log.write({"step": step, "export": exported})

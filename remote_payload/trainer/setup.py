@@ -5,7 +5,7 @@
 Contracts:
 - Every rank builds the same `Run` from the same config; nothing here trains. A configuration,
   data or model problem found here is a `TrainSetupError` (one line, exit 2).
-- `Run.model` is what forward and backward go through (DDP, FSDP or the model itself);
+- `Run.model` is what forward and backward go through (DDP, FSDP, the DeepSpeed engine or the model itself);
   `Run.raw_model` is the unwrapped (peft) model that checkpoints, evaluation and export use.
 - `Run.progress` is where training stands: the checkpoint's when resuming, else step 0; the loop
   replaces it after each step (`checkpoint.Progress` is immutable).
@@ -34,6 +34,7 @@ from remote_payload.contract.train_config import TrainConfig, TrainSetupError
 from remote_payload.trainer import (checkpoint, data, distributed, fanout, fsdp, host, mixture, neftune, precision, quantize,
                                     transform)
 from remote_payload.trainer import model as modeling
+from remote_payload.trainer import zero
 
 log = logging.getLogger("remote_payload.train")
 
@@ -60,12 +61,13 @@ class Run:
     eval_set: list[data.Example] | None
     steps_per_epoch: int
     total_steps: int
-    sharded: bool  # FSDP across processes
+    sharded: bool  # FSDP across processes, or ZeRO-3: every forward is a collective
     no_sync: Callable[[], contextlib.AbstractContextManager]
     progress: checkpoint.Progress
     resumed: bool
     n_trainable: int
     n_total: int
+    engine: torch.nn.Module | None = None  # strategy: deepspeed: the DeepSpeed engine (also `model`), zero.py
     mixed: mixture.Drawn | None = None  # data.mix: each source's examples and how many were drawn
 
 
@@ -110,7 +112,7 @@ def load_model(cfg: TrainConfig, info: distributed.DistInfo, amp_dtype: torch.dt
     if cfg.activations == "fused" and (fused := modeling.fuse_activations(base)):
         log.info("activations: %d tanh-GELU modules run as torch's fused kernel", fused)
     raw_model = modeling.apply_finetune(base, cfg)
-    if mem.quantize is None:
+    if mem.quantize is None and cfg.strategy != "deepspeed":  # DeepSpeed places (ZeRO-3: partitions) it itself
         raw_model = raw_model.to(info.device)  # a k-bit base is already on its GPU and cannot move
     raw_model.train()  # from_pretrained returns eval mode: dropout would be off until the first eval
     return raw_model, tokenizer
@@ -164,7 +166,7 @@ def output_head(cfg: TrainConfig, raw_model: torch.nn.Module, info: distributed.
     model's own logits (`modeling.label_head`), else None (full logits), said once in the log."""
     if cfg.logits == "all":
         return None
-    head, why_not = modeling.label_head(raw_model, info.device, autocast())
+    head, why_not = modeling.label_head(raw_model, next(raw_model.parameters()).device, autocast())
     if head is None:
         log.warning("logits: labels does not fit this model (%s); computing logits at every position", why_not)
     return head
@@ -185,7 +187,10 @@ def agreed_checkpoint(out: Path, info: distributed.DistInfo) -> Path | None:
 
 def wrap(cfg: TrainConfig, info: distributed.DistInfo, raw_model: torch.nn.Module,
          amp_dtype: torch.dtype | None) -> tuple[torch.nn.Module, bool, Callable[[], contextlib.AbstractContextManager]]:
-    """(the model forward/backward go through, sharded?, the no-gradient-sync context for micro-steps)."""
+    """(the model forward/backward go through, sharded?, the no-gradient-sync context for micro-steps).
+    DeepSpeed wraps later, with the optimizer (`zero.prepare`)."""
+    if cfg.strategy == "deepspeed":
+        return raw_model, False, contextlib.nullcontext
     sharded = cfg.strategy == "fsdp" and info.enabled  # FSDP shards in place: raw_model is model
     if cfg.strategy == "fsdp" and not sharded:
         log.info("strategy fsdp without torchrun: one process, nothing to shard; training unsharded")
@@ -219,6 +224,7 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     seed_everything(cfg.seed)
     run_precision = precision.on_device(cfg.precision, cfg.strategy, info.device)  # the rules: contract/precision.py
     amp_dtype = precision.autocast_dtype(run_precision)
+    ds_config = zero.config_for(cfg, run_precision, info) if cfg.strategy == "deepspeed" else None  # refused before loading
     kept = info.device.type == "cpu" and host.keep_freed_memory()  # page faults every step otherwise
     log.info("device %s, world size %d, precision %s (%s), %s%s", info.device, info.world_size, cfg.precision,
              amp_dtype or torch.float32, modeling.hub_env_summary(), ", freed memory kept for reuse" * kept)
@@ -228,8 +234,8 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     memory = [f"frozen base in {base}"] * bool(base) + ["gradient checkpointing"] * cfg.memory.gradient_checkpointing
     log.info("finetune %s: %s of %s parameters trainable (%.2f%%)%s", cfg.finetune, f"{n_trainable:,}", f"{n_total:,}",
              100 * n_trainable / n_total, "".join(f", {m}" for m in memory))
-    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype
-                else contextlib.nullcontext)
+    autocast = (functools.partial(torch.autocast, info.device.type, dtype=amp_dtype) if amp_dtype and ds_config is None
+                else contextlib.nullcontext)  # DeepSpeed runs its own 16-bit module (zero.py)
     head = output_head(cfg, raw_model, info, autocast)
     if cfg.data.neftune_alpha is not None:  # after output_head's check: the hook adds noise in training mode only
         neftune.activate(raw_model, cfg.data.neftune_alpha)
@@ -244,19 +250,26 @@ def setup(cfg: TrainConfig, out: Path, info: distributed.DistInfo) -> Run:
     if ckpt is not None and isinstance(model, DistributedDataParallel):
         settle_buckets(model, info.device, autocast)
     params = [p for p in raw_model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
+    optimizer = zero.make_optimizer(params, cfg, ds_config) if ds_config is not None else \
+        torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=info.device.type in ("cuda", "cpu"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps, schedule=cfg.schedule))
-    scaler = torch.amp.GradScaler(info.device.type, enabled=rules.uses_grad_scaler(run_precision))
+    scaler = torch.amp.GradScaler(info.device.type, enabled=rules.uses_grad_scaler(run_precision) and ds_config is None)
+    engine = None
+    if ds_config is not None:
+        model = engine = zero.prepare(ds_config, raw_model, optimizer, run_precision)
+        sharded = bool(engine.zero_optimization_partition_weights())  # ZeRO-3: every forward is a collective
+        if ckpt is not None:
+            zero.load_shards(engine, ckpt, info)
     progress = checkpoint.Progress(world_size=info.world_size, mix_seen=(0,) * len(cfg.data.mix or ()))
     if ckpt is not None:
-        progress = checkpoint.load_training_state(info, ckpt, fsdp.OptimizerIO(model, optimizer) if sharded else optimizer,
-                                                  scheduler, scaler)
+        io = zero.NoOptimizerIO() if engine is not None else fsdp.OptimizerIO(model, optimizer) if sharded else optimizer
+        progress = checkpoint.load_training_state(info, ckpt, io, scheduler, scaler)
         if len(progress.mix_seen) != len(cfg.data.mix or ()):  # a checkpoint from before data.mix counted
             progress = dataclasses.replace(progress, mix_seen=(0,) * len(cfg.data.mix or ()))
         log.info("resuming from %s: step %d of %d (epoch %d)", ckpt, progress.step, total_steps, progress.epoch)
     return Run(cfg=cfg, out=out, info=info, model=model, raw_model=raw_model, tokenizer=tokenizer, params=params,
                optimizer=optimizer, scheduler=scheduler, scaler=scaler, autocast=autocast, amp_dtype=amp_dtype,
                packing=packing, head=head, units=units, eval_set=eval_set, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
-               sharded=sharded, no_sync=no_sync, progress=progress, resumed=ckpt is not None, n_trainable=n_trainable,
+               sharded=sharded, no_sync=no_sync, engine=engine, progress=progress, resumed=ckpt is not None, n_trainable=n_trainable,
                n_total=n_total, mixed=mixed)

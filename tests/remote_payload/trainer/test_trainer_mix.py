@@ -123,3 +123,18 @@ def test_a_mixture_with_neftune_trains_under_fsdp(assets: Path, tmp_path: Path) 
     assert "data.mix (oversample): data/train.jsonl 1195 of 512" in done.stdout, done.stdout  # 512 / 0.3 -> 1707
     assert sum(seen_rows(out)[3].values()) == 3 * 2 * 4
     assert (out / "outputs" / "model.safetensors").is_file()
+
+
+def test_a_move_names_mix_sources_outside_the_job_folder(tmp_path: Path) -> None:
+    from remote_payload.move.job import inputs_outside
+
+    job = tmp_path / "jobs" / "j"
+    job.mkdir(parents=True)
+    outside = tmp_path / "a.jsonl"
+    outside.write_text("{}\n")
+    cfg = base_config(data={"mix": [{"train": str(outside), "weight": 1, "eval": "/nowhere/e.jsonl"},
+                                    {"train": "data/text.jsonl", "weight": 1}]})
+    (job / "train.json").write_text(json.dumps(cfg))
+    assert inputs_outside(str(job)) == [
+        {"field": "train.data.mix[0].train", "path": str(outside), "bytes": 3},
+        {"field": "train.data.mix[0].eval", "path": "/nowhere/e.jsonl", "bytes": None}]

@@ -29,7 +29,7 @@ from orchestrator.spec.model import JobSpec
 MAX_READ = 1 << 20  # bytes of one workspace file read
 IMPORT = re.compile(r"^\s*(?:from|import)\s+(trl|transformers|accelerate|lightning|pytorch_lightning|torchtune)\b",
                     re.MULTILINE)
-HF_TRAINER = re.compile(r"\b(?:Trainer|TrainingArguments|HfArgumentParser|Seq2SeqTrainer)\b")
+HF_TRAINER = re.compile(r"\b(?:Trainer|TrainingArguments|HfArgumentParser|Seq2SeqTrainer)\s*\(")  # a call, not prose
 LIGHTNING_GPU = re.compile(r"""accelerator\s*=\s*["'](gpu|cuda)["']""")
 TRUE = ("", "1", "true", "yes", "y", "t", "on")
 ACCELERATE_DEFAULT = "~/.cache/huggingface/accelerate/default_config.yaml"
@@ -163,8 +163,8 @@ def _accelerate(words: list[str], workspace: Path, cwd: str, env: dict[str, str]
         return [Row("accelerate config", f"{config}: {value}", WARN if gpu and flag(words, "cpu", switch=True) is None else OK,
                     "asks for GPUs: add --cpu to the command (orch runs several CPU processes as one world)"
                     if gpu and flag(words, "cpu", switch=True) is None else "")]
-    if precision is not None or "ACCELERATE_MIXED_PRECISION" in env:
-        return []
+    if precision is not None or "ACCELERATE_MIXED_PRECISION" in env or _on(words, "cpu"):
+        return []  # --cpu: the device is settled, and accelerate runs fp16/bf16 on the CPU
     return [Row("accelerate config", "host's default: not checked", WARN,
                 f"with no --config_file, accelerate launch reads the host's own {ACCELERATE_DEFAULT} (written by "
                 "`accelerate config`), which orch cannot read: its mixed_precision and GPU settings apply unless the "

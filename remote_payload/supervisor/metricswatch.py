@@ -115,6 +115,7 @@ class Watcher:
         self.last_train = self.last_eval = -1.0
         self.once = Once()
         self.state_seen: Optional[tuple] = None
+        self.floor = self._earlier_state()
         self.next_scan = time.time() + scrape.STATE_SCAN_S
         self.duty = Duty("metrics from the log", scrape.POLL_S, self.poll, say, last=self.drain)
 
@@ -182,21 +183,35 @@ class Watcher:
                 self._write(self.parser.feed(chunk.decode("utf-8", "replace")))
                 self._progress_off()
 
-    def _scan_state(self) -> None:
-        path = scrape.find_trainer_state(self.job_dir)
+    def _earlier_state(self) -> float:
+        """The step of the newest ``trainer_state.json`` already there when this attempt began
+        (an earlier attempt's checkpoint, the one a resume loads), else -1: its ``log_history``
+        is that attempt's, and a resumed Trainer copies it into every checkpoint it writes, so
+        no state row at or below it is this attempt's."""
+        state = self._read_state(scrape.find_trainer_state(self.job_dir))
+        step = scrape.number(state.get("global_step")) if state is not None else None
+        return float(step) if step is not None else -1.0
+
+    def _read_state(self, path: Optional[str]) -> Optional[Dict[str, Any]]:
+        """The trainer_state.json at ``path`` when it changed since the last read, else None."""
         if path is None:
-            return
+            return None
         try:
             st = os.stat(path)
             if (path, st.st_mtime_ns, st.st_size) == self.state_seen or st.st_size > scrape.MAX_STATE_BYTES:
-                return
+                return None
             self.state_seen = (path, st.st_mtime_ns, st.st_size)
             with open(path, "rb") as f:
                 state = json.loads(f.read(scrape.MAX_STATE_BYTES).decode("utf-8", "replace"))
         except (OSError, ValueError):
-            return
-        if isinstance(state, dict):
-            rows, total = scrape.state_rows(state, self.last_train, self.last_eval, time.time())
+            return None
+        return state if isinstance(state, dict) else None
+
+    def _scan_state(self) -> None:
+        state = self._read_state(scrape.find_trainer_state(self.job_dir))
+        if state is not None:
+            rows, total = scrape.state_rows(state, max(self.last_train, self.floor), max(self.last_eval, self.floor),
+                                            time.time())
             if total and not self.parser.total:
                 self.parser.total = total
             self._write(rows, read=False)

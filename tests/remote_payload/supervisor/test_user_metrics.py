@@ -240,3 +240,31 @@ def test_the_same_step_read_again_from_another_rank_is_no_second_row(tmp_path: P
                                              {"step": 4, "loss": 5.6, "epoch": 0.6, "source": "hf-log"}])
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r.get("step"), "loss" in r) for r in rows] == [(2, True), (2, False), (None, True), (4, True)]
+
+
+def test_a_resumed_attempt_never_rewrites_the_history_its_checkpoint_carries(tmp_path: Path) -> None:
+    """TRL resumed from checkpoint-150 (found by hand, issue 39): Trainer copies the checkpoint's
+    log_history into every trainer_state.json it writes next. The state there before the attempt
+    began is an earlier attempt's: only steps past it are this attempt's rows."""
+    def checkpoint(step: int) -> None:
+        ckpt = tmp_path / "code" / "out" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 400, "log_history": [
+            {"step": s, "loss": 1.0 / s} for s in range(50, step + 1, 50)]}))
+
+    checkpoint(150)
+    watcher = metricswatch.Watcher(str(tmp_path), 0, lambda _: None, attempt=2)
+    watcher._scan_state()
+    assert not (tmp_path / "metrics.jsonl").exists()  # the earlier attempt's own state: nothing new
+    checkpoint(250)
+    watcher._scan_state()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["attempt"]) for r in rows] == [(200, 2), (250, 2)]
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    first = metricswatch.Watcher(str(fresh), 0, lambda _: None, attempt=1)
+    (tmp_path / "code").rename(fresh / "code")  # written during the attempt: all of it is its own
+    first._scan_state()
+    assert [json.loads(line)["step"] for line in (fresh / "metrics.jsonl").read_text().splitlines()] == [50, 100, 150,
+                                                                                                           200, 250]

@@ -7,6 +7,10 @@
 - an item of ``workspace.exclude`` or ``outputs`` is not a gitignore pattern (``globs/read.py``);
 - ``train.precision`` is one that remote_payload/contract/precision.py refuses with ``train.strategy``
   (fsdp with fp16): the same rules the trainer applies on the server, found before the sync;
+- ``train.deepspeed`` names a DeepSpeed JSON file of the workspace that is missing, is not JSON
+  (its ``file:line:col``), or says what the trainer refuses (remote_payload/contract/zeroconfig.py:
+  unknown keys, optimizer/scheduler sections, batch/accumulation/clipping/precision against
+  ``train:``, ZeRO stage and offload): ``file:line: key: why``, then where job.yaml names the file;
 - ``launch.command`` runs a file of the workspace that will not be synced: the script of
   ``python [opts] X``, ``bash|sh [opts] X.sh``, ``torchrun``/``accelerate launch [opts] X.py``,
   a relative program such as ``./run.sh``, or a module of the workspace (``python -m pkg.mod``
@@ -64,7 +68,7 @@ from orchestrator.spec import commandform
 from orchestrator.spec.load import LoadedSpec
 from orchestrator.sync import excluded
 from orchestrator.sync.selection import Chosen, IgnoreRules, Skipped
-from remote_payload.contract import precision
+from remote_payload.contract import precision, zeroconfig
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
@@ -127,6 +131,9 @@ def laptop_report(loaded: LoadedSpec, chosen: Chosen | None = None) -> list[str]
     if not root.is_dir():
         what = "does not exist" if not root.exists() else "is not a folder"
         raise SpecError(f"{loaded.locate(('workspace', 'path'))}: workspace.path: {root} {what}")
+    refused = deepspeed_problems(loaded)
+    if refused:
+        raise SpecError("\n".join(refused))
     walked: list[Chosen] = [chosen] if chosen is not None and chosen.root == root else []
 
     def selection() -> Chosen:
@@ -204,6 +211,29 @@ def precision_problems(loaded: LoadedSpec) -> list[str]:
     train = loaded.spec.train
     found = precision.config_problems(train.precision, train.strategy) if train else []
     return [f"{loaded.locate(('train', p.field))}: train.{p.field}: {p.message}" for p in found]
+
+
+def deepspeed_problems(loaded: LoadedSpec) -> list[str]:
+    """What is wrong with ``train.deepspeed``'s JSON file (see the module doc); an absolute path is
+    the server's and is checked there by the trainer."""
+    train = loaded.spec.train
+    name = train.deepspeed.config if train and train.deepspeed else None
+    if name is None or name.startswith(("/", "~")):
+        return []
+    key = ("train", "deepspeed", "config")
+    at = f"train.deepspeed: {loaded.locate(key if key in loaded.marks else key[:2])}"
+    path = loaded.workspace_dir / name
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return [f"{loaded.locate(key if key in loaded.marks else key[:2])}: train.deepspeed: cannot read {name} in the "
+                f"workspace ({path}: {exc.strerror or exc})"]
+    config, found = zeroconfig.read_json(text)
+    if config is not None:
+        job = zeroconfig.JobValues(train.batch_size, train.grad_accum, train.max_grad_norm, train.precision)
+        found = zeroconfig.problems(config, job, text)
+    return [f"{path}:{p.line or 1}{f':{p.column}' if p.column else ''}: {p.key + ': ' if p.key else ''}{p.message} ({at})"
+            for p in found]
 
 
 def command_refs(argv: list[str], offset: int = 0) -> list[Ref]:

@@ -145,3 +145,40 @@ def test_a_300_kib_setup_script_runs_from_a_file(orch: Orch, host: str) -> None:
     log = (orch.job_dir(result["job_id"]) / "logs" / "node0.log").read_text()
     assert "job saw: setup ran" in log and "Argument list too long" not in log
     assert (orch.job_dir(result["job_id"]) / "setup.sh").read_text().rstrip("\n") == script
+
+
+def deepspeed_job(orch: Orch, deepspeed: str, precision: str = "auto") -> Path:
+    """A built-in trainer job whose ``deepspeed:`` is on line 9 (the value at column 14)."""
+    path = orch.cwd / "job.yaml"
+    path.write_text(f"name: lap\nhosts: [local]\nworkspace:\n  path: ws\ntrain:\n  model: m\n  data: {{train: t.jsonl}}\n"
+                    f"  strategy: deepspeed\n  deepspeed: {deepspeed}\n  precision: {precision}\n")
+    return path
+
+
+def test_a_deepspeed_json_file_is_checked_on_the_laptop_with_its_lines(orch: Orch, ws: Path) -> None:
+    (ws / "ds.json").write_text('{\n  "zero_optimization": {"stage": 3,\n    "offload_param": {"device": "cpu"}},\n'
+                                '  "fp16": {"enabled": true},\n  "gradient_accumulation_steps": 4,\n'
+                                '  "optimizer": {"type": "AdamW"},\n  "zero_optimisation": {}\n}\n')
+    err = check_fails(orch, deepspeed_job(orch, "ds.json"))
+    where = "(train.deepspeed: " + str(orch.cwd / "job.yaml") + ":9:14)"
+    ds = ws / "ds.json"
+    assert f"{ds}:4: fp16.enabled: true, but train.precision is auto: set train.precision: fp16" in err
+    assert f"{ds}:5: gradient_accumulation_steps: 4 differs from train.grad_accum (1)" in err
+    assert f"{ds}:6: optimizer: not used by the built-in trainer" in err
+    assert f"{ds}:7: zero_optimisation: not a DeepSpeed config key (did you mean zero_optimization?) {where}" in err
+
+    (ws / "ds.json").write_text('{\n  "zero_optimization": {"stage": 1,\n    "offload_param": {"device": "cpu"}}\n}\n')
+    err = check_fails(orch, deepspeed_job(orch, "{config: ds.json}"))
+    assert f"{ds}:3: zero_optimization.offload_param: parameter offload needs ZeRO stage 3 (stage is 1)" in err
+
+    (ws / "ds.json").write_text('{\n  "zero_optimization": {"stage": 2,}\n}\n')
+    err = check_fails(orch, deepspeed_job(orch, "ds.json"))
+    assert f"{ds}:2:36: not valid JSON: Expecting property name enclosed in double quotes" in err
+
+    err = check_fails(orch, deepspeed_job(orch, "missing.json"))
+    assert "job.yaml:9:14: train.deepspeed: cannot read missing.json in the workspace" in err
+
+    (ws / "ds.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},\n'
+                                ' "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}\n')
+    out = orch("check", str(deepspeed_job(orch, "ds.json", precision="bf16")), check=None)
+    assert "train.deepspeed" not in out.stderr and "ds.json:" not in out.stderr, out.stderr

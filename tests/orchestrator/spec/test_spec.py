@@ -138,6 +138,14 @@ TRAIN = "name: ok\nhosts: [local]\ntrain:\n  model: m\n  data: {train: t.jsonl}\
      "train.data.packing: data.packing and data.group_by_length exclude each other"),
     (TRAIN + "  finetune: full\n  lora: {r: 4}\n",
      "job.yaml:4:3: train: the lora section is only used with finetune: lora (finetune is full)"),
+    (TRAIN + "  strategy: deepspeed\n  deepspeed: {zero_stage: 2, offload_params: true}\n",
+     "job.yaml:7:46: train.deepspeed.offload_params: deepspeed.offload_params needs zero_stage: 3 (it is 2)"),
+    (TRAIN + "  strategy: deepspeed\n  memory: {quantize: 4bit}\n",
+     "job.yaml:7:22: train.memory.quantize: memory.quantize cannot run under strategy: deepspeed: ZeRO-3 partitions"),
+    (TRAIN + "  deepspeed: {zero_stage: 3}\n",
+     "job.yaml:4:3: train: the deepspeed section is only used with strategy: deepspeed (strategy is ddp)"),
+    (TRAIN + "  strategy: deepspeed\n  deepspeed: {zero_stage: 4}\n",
+     "job.yaml:7:27: train.deepspeed.zero_stage: must be one of: 1, 2, 3 (got 4)"),
 ])
 def test_every_error_family_is_said_in_plain_words(orch: Orch, text: str, expected: str) -> None:
     err = check(orch, text)

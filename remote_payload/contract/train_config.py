@@ -13,9 +13,10 @@ checks only what can be known from the text alone.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FinetuneMode = Literal["full", "partial", "lora"]
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
@@ -127,7 +128,7 @@ class DataSection(BaseModel):
         ),
     )
     transform: str | None = Field(
-        None, pattern=TRANSFORM_RE,
+        None,
         description=(
             "\"module:function\" of the workspace, called on every training example (a dict) with a seeded "
             "random.Random before tokenizing; it returns a dict, a list of dicts, or None to drop the example."
@@ -165,6 +166,14 @@ class DataSection(BaseModel):
             "Left out: on unless packing is on (the faster default; false gives a plain shuffle)."
         ),
     )
+
+    @field_validator("transform")
+    @classmethod
+    def _module_function(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(TRANSFORM_RE, value):
+            raise ValueError(f"write module:function, a function of a module of the workspace, e.g. "
+                             f"augment.templates:vary (got {value!r})")
+        return value
 
     @model_validator(mode="before")
     @classmethod

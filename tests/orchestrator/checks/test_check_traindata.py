@@ -91,3 +91,10 @@ def test_a_missing_data_train_file_only_warns(orch: Orch, ws: Path) -> None:
     out = orch("check", str(orch.cwd / "job.yaml"))
     assert "ok — job 'one'" in out.stdout
     assert f"job.yaml:6:17: train.data.train: data/nope.jsonl is not in the workspace {ws}" in out.stderr
+
+
+def test_a_transform_not_of_the_module_function_form_is_exit_2(orch: Orch, ws: Path) -> None:
+    (orch.cwd / "job.yaml").write_text(JOB.format(wa=0.7, fa="alpaca").replace('"aug.ops:augment"', '"aug.ops"'))
+    err = check_fails(orch, orch.cwd / "job.yaml")
+    assert ("job.yaml:10:16: train.data.transform: write module:function, a function of a module of the workspace, "
+            "e.g. augment.templates:vary (got 'aug.ops')") in err, err

@@ -54,6 +54,9 @@ def config_for(cfg: TrainConfig, run_precision: str, info: DistInfo) -> dict:
     the file (and line) or `train.deepspeed`."""
     section = cfg.deepspeed
     assert section is not None
+    if not info.enabled:  # DeepSpeed would look for MPI to find its world (mpi4py), and fail or hang
+        raise TrainSetupError("strategy: deepspeed needs torchrun's process group (orch starts the built-in trainer "
+                              "under torchrun); started as a plain process, run it with torchrun --nproc_per_node 1")
     job = zeroconfig.JobValues(cfg.batch_size, cfg.grad_accum, cfg.max_grad_norm, run_precision, info.world_size)
     where, text = "train.deepspeed", ""
     if section.config is None:

@@ -1,7 +1,7 @@
 """`strategy: deepspeed` under real torchrun (2 processes, gloo, CPU, fp32): DeepSpeed's CPU
-accelerator runs ZeRO-2 and ZeRO-3 (with optimizer and parameter offload and DeepSpeedCPUAdam) here,
-so both train, are killed after a checkpoint, resume bit-identical and export the plain Hugging Face
-folder DDP exports, with DDP's losses and logits."""
+accelerator runs ZeRO-2 and ZeRO-3 (also with optimizer and parameter offload and DeepSpeedCPUAdam)
+here: both match DDP's losses and export the plain Hugging Face folder DDP exports (the same
+logits through from_pretrained), and both, killed after a checkpoint, resume bit-identical."""
 
 from __future__ import annotations
 
@@ -57,12 +57,12 @@ def test_deepspeed_matches_ddp_and_exports_a_plain_folder(assets: Path, tmp_path
     torch.testing.assert_close(logits["deepspeed"], logits["ddp"], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("zero", [ZERO2], ids=["zero2"])
+@pytest.mark.parametrize("zero", [ZERO2, {"zero_stage": 3}], ids=["zero2", "zero3"])
 def test_deepspeed_run_killed_after_a_checkpoint_resumes_bit_identical(assets: Path, tmp_path: Path, zero: dict) -> None:
-    # Dropout on (the default tiny model) so the RNG state must be restored; LoRA for ZeRO-3, whose
-    # checkpoint keeps the adapter and DeepSpeed's partitions of it; full fine-tuning for ZeRO-2.
-    mode = {"finetune": "lora"} if zero["zero_stage"] == 3 else {"finetune": "full", "lora": None}
-    cfg = base_config(**mode, strategy="deepspeed", deepspeed=zero, max_steps=60, grad_accum=2, save_every=10,
+    # Dropout on (the default tiny model) so the RNG state must be restored; full fine-tuning, so
+    # every weight's optimizer partition goes through DeepSpeed's checkpoint. (With offload_optimizer
+    # the resumed run is not bit-identical yet: docs/trainer.md, DeepSpeed.)
+    cfg = base_config(finetune="full", lora=None, strategy="deepspeed", deepspeed=zero, max_steps=60, grad_accum=2, save_every=10,
                       keep_checkpoints=10, log_every=10, eval_every=30)
     ref = tmp_path / "ref"
     result = run(ref, cfg, assets, nproc=2)

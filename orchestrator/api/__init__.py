@@ -1,4 +1,4 @@
-"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend, instances.
+"""The Python API the CLI stands on: submit, status, logs, wait, fetch, cancel, resume, hosts, spend, instances, tunnel.
 
 docs/python-api.md. Module-level functions use one ``Orch`` of this process's ``ORCH_HOME``; make an ``Orch`` for
 another home or to see orch's progress lines (``Orch(say=print)``). Results are frozen records
@@ -75,6 +75,11 @@ def instances(provider: str | None = None, token_env: str | None = None, api_url
     return default().instances(provider, token_env, api_url)
 
 
+def tunnel(target: Any, ports: Any = (), local: Any = (), bind: str = "127.0.0.1") -> Any:
+    """``Orch.tunnel`` on the default ``Orch``."""
+    return default().tunnel(target, ports, local, bind)
+
+
 __all__ = ["Orch", "Job", "JobStatus", "FetchResult", "HostInfo", "OrchError", "UsageError", "SpecError", "HostError",
            "RemoteError", "SweepIncomplete", "submit", "status", "logs", "wait", "fetch", "cancel", "resume", "hosts",
-           "spend", "instances", "default"]
+           "spend", "instances", "tunnel", "default"]

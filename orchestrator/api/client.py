@@ -305,6 +305,25 @@ class Orch:
         hosts, _ = self.inventory.survey()
         return list_accounts(accounts_for(hosts, provider, token_env, api_url), hosts)
 
+    # -- tunnel --------------------------------------------------------------------------------
+
+    def tunnel(self, target: str | Job, ports: Sequence[str | int] = (), local: Sequence[int] = (),
+               bind: str = "127.0.0.1") -> Any:
+        """``orch tunnel``: ports of a host or of a job's first node (``target``: a host name, a
+        job id or a ``Job``; ``ports`` like the command's ``PORT`` words, default the job's
+        ``launch.ports``) forwarded to ``local`` ports of this machine (default the same; 0 a
+        free one) through orch's own connection, which is made again after a drop or a power
+        cycle. Returns a running ``tunnel.listen.Tunnel`` (``urls``, ``lines()``; a context
+        manager; ``close()`` ends it). ``UsageError`` for a taken local port or the ``local``
+        host (its ports need no tunnel), ``HostError`` when the host cannot be reached."""
+        from orchestrator.tunnel.start import forwards_for, open_tunnel
+        from orchestrator.tunnel.target import resolve
+
+        name = target.job_id if isinstance(target, Job) else target
+        found = resolve(name, self.inventory, self.registry)
+        return open_tunnel(found, forwards_for(found, [str(p) for p in ports], list(local)), self.inventory, bind,
+                           self.say)
+
     # -- hosts ---------------------------------------------------------------------------------
 
     def hosts(self) -> list[HostInfo]:

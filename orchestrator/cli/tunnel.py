@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.app import App, pass_app
-from orchestrator.errors import UsageError
 
 
 @click.command("tunnel")
@@ -31,45 +30,29 @@ def tunnel_cmd(app: App, name: str, ports: tuple[str, ...], local: tuple[int, ..
       orch tunnel box 8888 6006 --local 0 --local 16006
       orch tunnel box db.internal:5432       # an address the box reaches
     """
-    from orchestrator.tunnel import ports as parsing
+    from orchestrator.tunnel.start import forwards_for, open_tunnel
     from orchestrator.tunnel.target import resolve
 
     target = resolve(name, app.inventory, app.registry)
-    words = list(ports)
-    if not words and target.job is not None:
-        words = [str(p) for p in target.job.ports]
-        if not words:
-            raise UsageError(f"{target.job.job_id} has no launch.ports: name the port, e.g. "
-                             f"orch tunnel {target.job.job_id} 6006")
-    if not words:
-        raise UsageError(f"name the port(s) of {target.host.name} to forward, e.g. orch tunnel {target.host.name} 6006")
-    forwards = parsing.parse(words, list(local))
+    forwards = forwards_for(target, ports, local)
     if target.host.kind == "local":
-        moved = [f for f in forwards if f.local not in (f.port, 0) or f.address]
-        if moved:
-            raise UsageError("local is this machine: its ports are here already, there is nothing to forward "
-                             "(--local and HOST:PORT do not apply)")
         for f in forwards:
             click.echo(f"http://127.0.0.1:{f.port}")
         app.say("local is this machine: its ports are here already, no tunnel is needed")
         return
-
-    from orchestrator.tunnel.link import Link
-    from orchestrator.tunnel.listen import Tunnel
-
-    tunnel = Tunnel(Link(target, app.inventory, app.say), forwards, bind, app.say)
+    tunnel = None
     try:
-        tunnel.open()
+        tunnel = open_tunnel(target, forwards, app.inventory, bind, app.say)
         for line in tunnel.lines():
             click.echo(line)
         app.say(f"forwarding through {target.host.name} ({tunnel.link.endpoint()}); Ctrl-C ends the tunnel")
-        tunnel.start()
         tunnel.wait()
     except KeyboardInterrupt:
         app.say("tunnel closed")
         raise SystemExit(130) from None
     finally:
-        tunnel.close()
+        if tunnel is not None:
+            tunnel.close()
 
 
 COMMANDS = [tunnel_cmd]

@@ -53,21 +53,35 @@ class Tunnel:
     def __init__(self, link: Link, forwards: list[Forward], bind: str, say: Callable[[str], None]) -> None:
         self.link, self.forwards, self.bind, self.say = link, forwards, bind, say
         self.listeners: list[socket.socket] = []
+        self.bound: list[int] = []
         self._stop = threading.Event()
         self._said: dict[int, str] = {}
+
+    def __enter__(self) -> "Tunnel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def urls(self) -> list[str]:
+        """The local URL of each forward, in order."""
+        return [self.url(i) for i in range(len(self.forwards))]
 
     def open(self) -> None:
         """Bind every local port (nothing connects before all are bound), then connect."""
         try:
             for forward in self.forwards:
                 self.listeners.append(listen(self.bind, forward.local))
+                self.bound.append(int(self.listeners[-1].getsockname()[1]))
         except BaseException:
             self.close()
             raise
         self.link.connect()
 
     def local_port(self, i: int) -> int:
-        return int(self.listeners[i].getsockname()[1])
+        """The local port of forward ``i`` (the one chosen for ``--local 0``), also after ``close``."""
+        return self.bound[i]
 
     def url(self, i: int) -> str:
         """``http://127.0.0.1:PORT`` (the loopback address when listening on every address)."""

@@ -4,8 +4,12 @@ and what is refused or said without a tunnel."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
+import subprocess
+import sys
+import textwrap
 
 from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
@@ -84,3 +88,24 @@ def test_what_needs_no_tunnel_or_cannot_have_one_is_said_plainly(orch: Orch, box
     tunnel.said(f"localhost:{nothing}: box could not connect to localhost:{nothing}")
     assert tunnel.proc.poll() is None
     assert tunnel.interrupt() == 130
+
+
+def test_the_python_api_opens_the_same_tunnel_and_closes_it(orch: Orch, box: str, served: Served) -> None:
+    code = textwrap.dedent(f"""
+        import json, urllib.request, orchestrator.api as o
+        with o.tunnel({box!r}, [{served.port}], local=[0]) as t:
+            (url,) = t.urls
+            body = urllib.request.urlopen(url + "/token.txt", timeout=30).read().decode()
+        try:
+            o.tunnel("local", [8000])
+        except o.UsageError as exc:
+            refused = str(exc)
+        print(json.dumps([url, body, t.lines(), refused]))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=orch.cwd, env=orch.env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    url, body, lines, refused = json.loads(done.stdout)
+    assert body == served.token and lines == [f"{url} -> localhost:{served.port} on {box}"]
+    assert "local is this machine" in refused
+    assert get(f"{url}/token.txt") is None  # closed with its block

@@ -8,7 +8,10 @@ reports it); gradient checkpointing's memory saving; fp16 with GradScaler (steps
 overflow, the loss finite after them); alpaca-style rows padded vs packed (flash-attention varlen
 when flash_attn is installed, the block-diagonal mask otherwise: the row says which); QLoRA 4-bit
 on a 1.1B Llama-style model (peak memory, tokens/s, loaded through bitsandbytes, the adapter merged
-on export) beside bf16 LoRA on the same model; `nproc_per_node: auto` as orch plans it from the
+on export) beside bf16 LoRA on the same model; peak GPU memory and speed of a full bf16 fine-tune of
+the 1.1B model under DDP, DeepSpeed ZeRO-2 with the optimizer offloaded to CPU memory and ZeRO-3
+with optimizer and parameters offloaded (`strategy: deepspeed`; at most 8 steps each, CPU Adam
+being the slow part); `nproc_per_node: auto` as orch plans it from the
 agent's GPU count; the GPU queue's inventory from the real nvidia-smi; `Trainer` (default, length
 grouping, padding-free flattening) and TRL `SFTTrainer` on the same card through bench/trainer.py.
 
@@ -48,7 +51,12 @@ START, END = "<!-- gpu-check -->", "<!-- /gpu-check -->"
 REQUIRED = {"torch": "torch", "transformers": "transformers", "peft": "peft", "safetensors": "safetensors",
             "tokenizers": "tokenizers", "accelerate": "accelerate", "numpy": "numpy", "pydantic": "pydantic",
             "yaml": "pyyaml"}
-OPTIONAL = {"bitsandbytes": "bitsandbytes", "flash_attn": "flash-attn", "trl": "trl==1.16.0", "datasets": "datasets"}
+OPTIONAL = {"bitsandbytes": "bitsandbytes", "flash_attn": "flash-attn", "trl": "trl==1.16.0", "datasets": "datasets",
+            "deepspeed": "deepspeed"}
+# Published on the registry as a source archive only: pip makes a pure-Python wheel of it against the environment's
+# own torch (no build isolation), compiling none of its ops (they compile at first use: CPU Adam with gcc and ninja).
+SOURCE_ONLY = {"deepspeed"}
+ZERO_STEPS = 8  # the DeepSpeed rows' steps at most: an offloaded AdamW step of 1.1B parameters runs on the CPU
 LLAMA = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
          "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
 GPT2_LORA = ["c_attn", "c_proj", "c_fc"]
@@ -108,7 +116,22 @@ def plan_runs(ctx: Ctx) -> list[Run]:
         Run("qlora-1b", "Llama 1.1B QLoRA", "4-bit, packed 4x2048 +ckpt",
             trainer_config(ctx, "llama-1.1b", "packed", "bf16", finetune="lora", batch=4, seq=2048, ckpt=True,
                            quantize="4bit", merge=True)),
+        *zero_runs(ctx),
     ]
+
+
+def zero_runs(ctx: Ctx) -> list[Run]:
+    """DDP, ZeRO-2 + optimizer offload, ZeRO-3 + optimizer and parameter offload: the same full bf16
+    fine-tune of the 1.1B model (`ZERO_STEPS` steps at most), compared by peak GPU memory."""
+    full = trainer_config(ctx, "llama-1.1b", "packed", "bf16", batch=4, seq=1024, ckpt=True)
+    full["max_steps"] = min(ctx.steps, ZERO_STEPS)
+    setup = f"1.1B full bf16, 4x1024 +ckpt, {full['max_steps']} steps"
+    return [Run("zero-ddp", "1.1B full, DDP", setup, full),
+            Run("zero2-off", "DeepSpeed ZeRO-2", "as above, optimizer offload",
+                {**full, "strategy": "deepspeed", "deepspeed": {"zero_stage": 2, "offload_optimizer": True}}),
+            Run("zero3-off", "DeepSpeed ZeRO-3", "as above, optimizer + params offload",
+                {**full, "strategy": "deepspeed",
+                 "deepspeed": {"zero_stage": 3, "offload_optimizer": True, "offload_params": True}})]
 
 
 # ---- setup: packages, models, data
@@ -130,7 +153,8 @@ def versions(python: str) -> dict[str, str | None]:
 
 def pip_argv(ctx: Ctx, packages: list[str]) -> list[str]:
     """pip from the registry only: wheels only (no builds), torch held by a constraint, bounded retries."""
-    return [ctx.python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check", "--no-input",
+    binary = ["--no-build-isolation"] if set(packages) <= SOURCE_ONLY else ["--only-binary=:all:"]
+    return [ctx.python, "-m", "pip", "install", *binary, "--disable-pip-version-check", "--no-input",
             "--timeout", "30", "--retries", "1", "-c", str(ctx.work / "constraints.txt"), *packages]
 
 
@@ -280,6 +304,12 @@ def trainer_rows(ctx: Ctx, runs: list[Run], status: dict[str, str]) -> None:
             result = f"{mode}{why}{ratio}"
         elif not result and run.name == "padded":
             result = "per-batch padding"
+        elif not result and run.name.startswith("zero") and run.name != "zero-ddp":
+            base = got.get("zero-ddp", {"error": 1})
+            result = (f"GPU memory -{100 * (1 - s['peak'] / base['peak']):.0f}% vs DDP, speed x{s['tok_s'] / base['tok_s']:.2f}"
+                      if "error" not in base else "no DDP row to compare")
+        elif not result and run.name == "zero-ddp":
+            result = "AdamW state and grads on the GPU"
         elif not result and run.name == "lora-1b":
             result = "bf16 base"
         elif not result and run.name == "qlora-1b":
@@ -430,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     build(ctx)
     runs = plan_runs(ctx)
     for run in runs:
+        if run.config.get("strategy") == "deepspeed" and status.get("deepspeed", "").startswith("not"):
+            ctx.runs[run.name] = {"error": f"deepspeed {status['deepspeed']}"}
+            continue
         train(ctx, run)
     if not ctx.dry:
         trainer_rows(ctx, runs, status)

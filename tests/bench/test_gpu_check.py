@@ -61,14 +61,18 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path, two_gpus: Pa
     assert not any(tmp_path.glob("*.tmp"))
 
     installs = [ln for ln in out.splitlines() if ln.startswith("[install]")]
-    for package in ("torch", "transformers", "peft", "bitsandbytes", "flash-attn", "trl==1.16.0", "datasets"):
+    for package in ("torch", "transformers", "peft", "bitsandbytes", "flash-attn", "trl==1.16.0", "datasets", "deepspeed"):
         assert any(ln.endswith(f" {package}") for ln in installs), package
-    # The registry only, wheels only (flash-attn's sdist would download or compile), torch held.
-    assert all("-m pip install --only-binary=:all:" in ln and f"-c {work}/constraints.txt" in ln for ln in installs)
+    # The registry only, wheels only (flash-attn's sdist would download or compile), torch held; deepspeed, published
+    # as source only, without build isolation (against the installed torch), no op compiled.
+    wheels = [ln for ln in installs if not ln.endswith(" deepspeed")]
+    assert all("-m pip install --only-binary=:all:" in ln and f"-c {work}/constraints.txt" in ln for ln in wheels)
+    assert all("-m pip install --no-build-isolation" in ln and f"-c {work}/constraints.txt" in ln
+               for ln in installs if ln.endswith(" deepspeed"))
 
     runs = [ln for ln in out.splitlines() if ln.startswith("[run] ") and "remote_payload.train" in ln]
     configs = [json.loads(ln.split("train.json ", 1)[1]) for ln in out.splitlines() if ln.startswith("[run]   train.json")]
-    assert len(runs) == len(configs) == 7
+    assert len(runs) == len(configs) == 10
     assert all("torch.distributed.run --standalone --nproc_per_node 2 " in ln for ln in runs)  # auto = nvidia-smi's 2
     by_check = {ln.split("[run] ", 1)[1].split(" (")[0]: cfg for ln, cfg in zip(runs, configs)}
     assert by_check["GPT-2 124M bf16"]["precision"] == "bf16" and by_check["GPT-2 124M bf16"]["model"] == "gpt2-124m"
@@ -77,6 +81,12 @@ def test_dry_run_prints_every_step_and_does_nothing(tmp_path: Path, two_gpus: Pa
     assert (by_check["alpaca padded"]["data"]["packing"], by_check["alpaca packed"]["data"]["packing"]) == (False, True)
     qlora = by_check["Llama 1.1B QLoRA"]
     assert qlora["memory"]["quantize"] == "4bit" and qlora["export"]["merge_lora"] and qlora["finetune"] == "lora"
+    # DDP against ZeRO-2/3 with offload: the same full fine-tune, only the strategy differs.
+    ddp, zero2, zero3 = by_check["1.1B full, DDP"], by_check["DeepSpeed ZeRO-2"], by_check["DeepSpeed ZeRO-3"]
+    assert ddp["finetune"] == "full" and "strategy" not in ddp and ddp["max_steps"] <= 8
+    assert zero2["deepspeed"] == {"zero_stage": 2, "offload_optimizer": True}
+    assert zero3["deepspeed"] == {"zero_stage": 3, "offload_optimizer": True, "offload_params": True}
+    assert {k: v for k, v in zero3.items() if k not in ("strategy", "deepspeed")} == ddp
     # Every model is a folder the script builds from a config under WORK: no hub id anywhere.
     assert {cfg["model"] for cfg in configs} == {"gpt2-124m", "llama-1.1b"}
     assert f"-> {work}/gpt2-124m" in out and f"-> {work}/llama-1.1b" in out and "random init, no hub" in out

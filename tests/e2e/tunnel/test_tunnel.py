@@ -62,7 +62,7 @@ def test_the_tunnel_connects_again_by_itself_after_the_link_was_cut(
     proxy.cut()  # and again: the new connection is kept the same way
     tunnel.said_times(f"connected again to {flaky}", 2)
     fetched(f"{url}/token.txt", served.token)
-    assert tunnel.stderr.count(f"the connection to {flaky} was lost") == 2
+    assert tunnel.stderr.count(f"the connection to {flaky} was lost") >= 2  # more: a holder met before it noticed
     assert tunnel.interrupt() == 130 and "Traceback" not in tunnel.stderr
 
 

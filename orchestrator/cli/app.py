@@ -98,15 +98,16 @@ class App:
         """Follow until the job is terminal (``jobs/follow.py``) and return its status: the log
         on stdout (on stderr with ``as_json``), on a terminal a progress line (step/total,
         loss, tokens/s) under it, the end said once. Ctrl-C stops following and leaves the
-        job running (exit 130). A job with ``launch.ports`` gets the ``orch tunnel`` command
-        that opens them said first."""
+        job running (exit 130). An unfinished job with ``launch.ports`` gets the ``orch tunnel``
+        command that opens them said first."""
         from orchestrator.display.progress import FollowBar
         from orchestrator.jobs.follow import follow_to_end
         from orchestrator.termtext import same_file
+        from remote_payload.contract.protocol import TERMINAL
 
         log = sys.stderr if as_json else sys.stdout
         write = self.write_err if as_json else self.write
-        if record.ports:
+        if record.ports and record.state not in TERMINAL:
             listed = ", ".join(map(str, record.ports))
             self.say(f"{record.job_id} serves port{'s' * (len(record.ports) > 1)} {listed}: "
                      f"orch tunnel {record.job_id}  (in another terminal; prints the local URL)")

@@ -57,7 +57,11 @@ def slurm_node(host: Host, job: JobRecord, transport: Transport) -> str:
     login node with the host's Slurm environment."""
     from orchestrator.helper.remote import Remote
 
-    status = Remote(host, transport).call("status", jobs=[job.job_id])["jobs"].get(job.job_id) or {}
+    remote = Remote(host, transport)
+    try:
+        status = remote.call("status", jobs=[job.job_id])["jobs"].get(job.job_id) or {}
+    finally:
+        remote.close()  # its helper session; the connection stays for the tunnel
     slurm_job = status.get("slurm_job")
     if not isinstance(slurm_job, str) or not slurm_job:
         raise RemoteError(f"{job.job_id} has no Slurm job on {host.name} yet ({status.get('state', 'unknown')})")

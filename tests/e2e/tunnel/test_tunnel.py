@@ -14,7 +14,7 @@ import textwrap
 from tests.support.orch import Orch
 from tests.support.proxy import FaultProxy
 from tests.support.poll import wait_until
-from tests.support.sshd import free_port
+from tests.support.sshd import SSHServer, ensure_user, free_port
 from tests.support.tunnel import Running, Served, fetched, get
 
 
@@ -109,3 +109,19 @@ def test_the_python_api_opens_the_same_tunnel_and_closes_it(orch: Orch, box: str
     assert body == served.token and lines == [f"{url} -> localhost:{served.port} on {box}"]
     assert "local is this machine" in refused
     assert get(f"{url}/token.txt") is None  # closed with its block
+
+
+def test_a_password_host_forwards_through_its_held_connection(orch: Orch, sshd: SSHServer, served: Served) -> None:
+    ensure_user("orchtun", "tun-pw-7")
+    pw = {"TUN_PW": "tun-pw-7", "ORCH_TRACE": "1"}
+    orch("hosts", "add", "pw", "--ssh", f"ssh -p {sshd.port} orchtun@127.0.0.1", "--password-env", "TUN_PW",
+         "--python", "/usr/bin/python3", "--trust", env=pw)
+    wait_until(lambda: "its connection holder answered" in orch("exec", "pw", "--", "true", env=pw).stderr,
+               what="the password host's connection holder", timeout=60)
+    tunnel = Running(orch, "tunnel", "pw", str(served.port), "--local", "0", env=pw)
+    (url, _), = tunnel.urls()
+    assert "pw: its connection holder answered" in tunnel.stderr
+    fetched(f"{url}/token.txt", served.token)
+    assert tunnel.interrupt() == 130 and "tun-pw-7" not in tunnel.stdout + tunnel.stderr
+    unset = orch("tunnel", "pw", str(served.port), "--local", "0", check=2)
+    assert "$TUN_PW is not set" in unset.stderr

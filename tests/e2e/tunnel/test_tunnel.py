@@ -125,3 +125,16 @@ def test_a_password_host_forwards_through_its_held_connection(orch: Orch, sshd: 
     assert tunnel.interrupt() == 130 and "tun-pw-7" not in tunnel.stdout + tunnel.stderr
     unset = orch("tunnel", "pw", str(served.port), "--local", "0", check=2)
     assert "$TUN_PW is not set" in unset.stderr
+
+
+def test_a_stalled_link_is_closed_by_the_keepalive_and_the_tunnel_connects_again(
+        orch: Orch, flaky: str, proxy: FaultProxy, served: Served) -> None:
+    quick = {"ORCH_KEEPALIVE_S": "1", "ORCH_HOLD": "0"}  # its own connection: the freeze is exactly that one
+    tunnel = Running(orch, "tunnel", flaky, str(served.port), "--local", "0", env=quick)
+    (url, _), = tunnel.urls()
+    fetched(f"{url}/token.txt", served.token)
+    proxy.freeze()  # packets stop, nothing closes; new connections still flow
+    tunnel.said(f"the connection to {flaky} was lost")
+    tunnel.said(f"connected again to {flaky}")
+    fetched(f"{url}/token.txt", served.token)
+    assert tunnel.interrupt() == 130

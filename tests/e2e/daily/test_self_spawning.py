@@ -3,7 +3,7 @@ process starts as plain `python` would — none of torchrun's variables — so t
 `torch.multiprocessing.spawn` DDP tutorial and Lightning's `Trainer(devices=2)` start their
 second rank and end `succeeded`; and a job whose ranks never all joined is named in status.
 
-On the `local` host, CPU and gloo, through the CLI."""
+On the `local` host and the loopback sshd (the spawning cases), CPU and gloo, through the CLI."""
 
 from __future__ import annotations
 
@@ -105,12 +105,12 @@ time.sleep(600)
 """
 
 
-def _submit(orch: Orch, name: str, script: str, follow: bool = True) -> dict:
+def _submit(orch: Orch, name: str, script: str, follow: bool = True, host: str = "local") -> dict:
     ws = orch.cwd / "ws"
     ws.mkdir(exist_ok=True)
     (ws / f"{name}.py").write_text(script)
     spec = orch.cwd / f"{name}.yaml"
-    spec.write_text(json.dumps({"name": name, "hosts": ["local"], "workspace": {"path": "ws"},
+    spec.write_text(json.dumps({"name": name, "hosts": [host], "workspace": {"path": "ws"},
                                 "launch": {"command": f"python {name}.py"}, "outputs": ["outputs/", "logs/"]}))
     plan = json.loads(orch("submit", str(spec), "--dry-run").stdout)["nodes"][0]
     assert plan["direct"] and plan["plain"], plan
@@ -127,14 +127,14 @@ def _log(orch: Orch, job: str) -> str:
     return (orch.job_dir(job) / "logs" / "node0.log").read_text()
 
 
-def test_the_mp_spawn_tutorial_started_by_plain_python_starts_both_ranks(orch: Orch) -> None:
-    job = _submit(orch, "spawn", MP_SPAWN)
+def test_the_mp_spawn_tutorial_started_by_plain_python_starts_both_ranks(orch: Orch, host: str) -> None:
+    job = _submit(orch, "spawn", MP_SPAWN, host=host)
     assert job["state"] == "succeeded", (job, _log(orch, job["job_id"])[-3000:])
     assert [(r["rank"], r["world"], r["seen"]) for r in _ranks(orch, job["job_id"])] == [(0, 2, []), (1, 2, [])]
 
 
-def test_lightning_ddp_with_two_devices_started_by_plain_python_trains(orch: Orch) -> None:
-    job = _submit(orch, "lit", LIGHTNING)
+def test_lightning_ddp_with_two_devices_started_by_plain_python_trains(orch: Orch, host: str) -> None:
+    job = _submit(orch, "lit", LIGHTNING, host=host)
     log = _log(orch, job["job_id"])
     assert job["state"] == "succeeded", (job, log[-3000:])
     assert "All distributed processes registered. Starting with 2 processes" in log

@@ -1,8 +1,9 @@
-"""`orch resume` beyond Hugging Face's layout (issue 39 item 3), through the CLI on `local`:
-`{last_checkpoint}` finds accelerate's `save_state` folders (`step_N/`, a torn one left by the
-kill skipped) and a Lightning-style `last.ckpt`; a script whose `{last_checkpoint}` finds
-nothing starts over, and `orch resume`, `orch status` and `--json` say so although it logged no
-step; `orch fetch` names the `last.ckpt` of the earlier attempt beside the later `last-v1.ckpt`."""
+"""`orch resume` beyond Hugging Face's layout (issue 39 item 3), through the CLI on `local` (the
+accelerate case also on the loopback sshd): `{last_checkpoint}` finds accelerate's `save_state`
+folders (`step_N/`, a torn one left by the kill skipped) and a Lightning-style `last.ckpt`; a
+script whose `{last_checkpoint}` finds nothing starts over, and `orch resume`, `orch status` and
+`--json` say so although it logged no step; `orch fetch` names the `last.ckpt` of the earlier
+attempt beside the later `last-v1.ckpt`."""
 
 from __future__ import annotations
 
@@ -78,20 +79,21 @@ sys.exit(3 if os.environ["ORCH_ATTEMPT"] == "1" else 0)
 
 
 def _spec(orch: Orch, name: str, script: str, text: str, command: str, resume_args: list[str],
-          outputs: list[str]) -> Path:
+          outputs: list[str], host: str = "local") -> Path:
     ws = orch.cwd / "ws"
     ws.mkdir(exist_ok=True)
     (ws / script).write_text(text)
     spec = orch.cwd / f"{name}.yaml"
-    spec.write_text(json.dumps({"name": name, "hosts": ["local"], "workspace": {"path": "ws"},
+    spec.write_text(json.dumps({"name": name, "hosts": [host], "workspace": {"path": "ws"},
                                 "launch": {"command": command, "resume_args": resume_args}, "outputs": outputs}))
     return spec
 
 
-def test_accelerates_step_folders_resume_from_the_newest_complete_one(orch: Orch) -> None:
+def test_accelerates_step_folders_resume_from_the_newest_complete_one(orch: Orch, host: str) -> None:
     spec = _spec(orch, "acc", "train.py", ACCELERATE_STEPS,
                  "accelerate launch --num_processes 1 --cpu train.py --output_dir out",
-                 ["--resume_from_checkpoint", "{last_checkpoint}"], ["out/", "outputs/", "logs/", "metrics.jsonl"])
+                 ["--resume_from_checkpoint", "{last_checkpoint}"], ["out/", "outputs/", "logs/", "metrics.jsonl"],
+                 host)
     first = json.loads(orch("submit", str(spec), "--follow", "--json", check=1, timeout=400).stdout)
     assert first["state"] == "failed" and "killed by signal 9" in first["reason"], first
     job = first["job_id"]

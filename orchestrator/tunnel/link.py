@@ -116,8 +116,8 @@ class Link:
             except (HostKeyError, UsageError) as exc:
                 self.fatal = exc
                 return
-            except (OrchError, OSError) as exc:
-                reason = str(exc).splitlines()[0]
+            except Exception as exc:  # noqa: BLE001 - anything else (the link, the provider, Slurm): try again
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 if reason != said:
                     self.say(f"cannot connect to {self.target.host.name} yet: {reason}; trying again "
                              f"(every {RETRY_MAX_S:g} s at most; Ctrl-C ends the tunnel)")

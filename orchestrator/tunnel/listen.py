@@ -14,8 +14,7 @@ import socket
 import threading
 from typing import Callable
 
-from orchestrator.errors import OrchError, UsageError
-from orchestrator.transport.base import ForwardRefused
+from orchestrator.errors import UsageError
 from orchestrator.transport.splice import splice
 from orchestrator.tunnel.link import Link
 from orchestrator.tunnel.ports import Forward
@@ -119,7 +118,7 @@ class Tunnel:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             stream = self.link.stream(forward.address, forward.port)
-        except (ForwardRefused, OrchError) as exc:
+        except Exception as exc:  # noqa: BLE001 - ForwardRefused, a link down, anything: this connection fails alone
             conn.close()
             reason = str(exc).splitlines()[0]
             if self._said.get(forward.port) != reason:

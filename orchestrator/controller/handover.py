@@ -45,9 +45,6 @@ def check(spec: Any, inventory: Inventory, recovery: Recovery) -> str:
                          "(docs/managed.md)")
     for name in recovery.hosts:
         inventory.get(name)  # an unknown name: UsageError naming the known ones
-    if recovery.rent is not None:
-        raise UsageError("recovery.rent: renting a replacement is not built yet; name the hosts it may continue on "
-                         "in recovery.hosts (docs/managed.md)")
     return where
 
 
@@ -58,7 +55,7 @@ def secret_names(record_secrets: list[str], hosts: list[Host], spec: Any, recove
     if recovery.rent is not None:
         from orchestrator.providers.registry import PROVIDERS
 
-        names.append(PROVIDERS[recovery.rent.provider].token_env)
+        names.append(recovery.rent.token_env or PROVIDERS[recovery.rent.provider].token_env)
     notify = spec.on_finish.notify
     if notify is not None and notify.url_env:
         names.append(notify.url_env)

@@ -158,7 +158,10 @@ class Jobs:
             if now.state != LOST:  # type: ignore[union-attr]
                 self.save(m)
                 return
-            why = f"{', '.join(m['hosts'])} unreachable for ORCH_LOST_AFTER_S" if self.box_down is None else self.box_down
+            answered = self.watches.get(job_id) is not None and self.watches[job_id].outage is None
+            why = (self.box_down if self.box_down is not None
+                   else f"its supervisor on {', '.join(m['hosts'])} is gone without a terminal state" if answered
+                   else f"{', '.join(m['hosts'])} unreachable for ORCH_LOST_AFTER_S")
         self.begin_recovery(m, why)
 
     box_down: str | None = None
@@ -190,6 +193,7 @@ class Jobs:
             m["note"] = f"outputs kept in {self.home / 'runs' / job_id}"
         self.save(m)
         log(f"{job_id}: {state}" + (f"; {m['note']}" if m.get("note") else ""))
+        self.release_rented(m)
         self.notify(m, f"orch: {job_id} {state} on {', '.join(m['hosts'])}"
                     + (f" after {m['restarts']} recovery(ies)" if m.get("restarts") else ""))
 
@@ -200,6 +204,7 @@ class Jobs:
             self.save(m)
             log(f"{job_id}: {m['note']}")
             self.notify(m, f"orch: {job_id} lost on {', '.join(m['hosts'])}: {m['note']}")
+            self.release_rented(m)
             return
         m.update(phase="recovering", restarts=m.get("restarts", 0) + 1, why=why, target=None,
                  tried=[], began_at=time.time())
@@ -222,16 +227,8 @@ class Jobs:
         candidates = [h for h in begun + list(m["recovery"].get("hosts") or [])
                       if h not in record.hosts]
         for name in dict.fromkeys(candidates):
-            m["target"] = name
-            self.save(m)
-            try:
-                self.orch.resume(job_id, on=[name], why=f"recovery {m['restarts']}: {m.get('why')}")
-            except (HostError, RemoteError, UsageError) as exc:
-                log(f"{job_id}: {name} did not take it: {str(exc).splitlines()[0]}")
-                m["tried"] = list(dict.fromkeys([*m.get("tried", []), name]))
-                continue
-            self.recovered(m, name)
-            return
+            if self.move_to(m, name):
+                return
         if len(record.hosts) == 1:  # last: where it ran, when that host answers (its supervisor was gone)
             m["target"] = IN_PLACE
             self.save(m)
@@ -242,10 +239,72 @@ class Jobs:
             else:
                 self.recovered(m, record.hosts[0])
                 return
+        rent = m["recovery"].get("rent")
+        if rent:
+            name = self.rented_host(m, rent)
+            if name is not None and self.move_to(m, name):
+                return
         m["target"] = None
         m["note"] = f"no recovery host took it (tried {', '.join(m.get('tried') or []) or 'none'}); trying again"
         self.save(m)
         log(f"{job_id}: {m['note']}")
+
+    def move_to(self, m: dict[str, Any], name: str) -> bool:
+        """Move the job to ``name`` (written down first as the recovery's target); False, said,
+        when that host does not take it."""
+        m["target"] = name
+        self.save(m)
+        try:
+            self.orch.resume(m["job_id"], on=[name], why=f"recovery {m['restarts']}: {m.get('why')}")
+        except (HostError, RemoteError, UsageError) as exc:
+            log(f"{m['job_id']}: {name} did not take it: {str(exc).splitlines()[0]}")
+            m["tried"] = list(dict.fromkeys([*m.get("tried", []), name]))
+            return False
+        self.recovered(m, name)
+        return True
+
+    def rented_host(self, m: dict[str, Any], rent: dict[str, Any]) -> str | None:
+        """A host rented for this recovery (``recovery.rent``, ``access/rent.py``), or None (said).
+        The name is written down before the rental and an entry of that name is used again, so a
+        controller restarted mid-rental never rents twice."""
+        from orchestrator.access.rent import RentRequest, rent as rent_one
+
+        job_id = m["job_id"]
+        name = f"rent-{job_id.rsplit('-', 1)[-1]}-{m['restarts']}"
+        if name in self.orch.inventory.names():
+            return name
+        m["rented"] = list(dict.fromkeys([*m.get("rented", []), name]))
+        self.save(m)
+        request = RentRequest(name=name, provider=rent["provider"], gpu=rent["gpu"], max_price=rent.get("max_price"),
+                              interruptible=bool(rent.get("interruptible")), token_env=rent.get("token_env"),
+                              api_url=rent.get("api_url"), user=rent.get("user") or "root", root=rent.get("root"),
+                              python=rent.get("python") or "python3")
+        try:
+            rent_one(self.orch.inventory, request, lambda line: log(f"{job_id}: {line}"))
+        except OrchError as exc:
+            log(f"{job_id}: renting a replacement failed: {str(exc).splitlines()[0]}")
+            return name if name in self.orch.inventory.names() else None
+        return name
+
+    def release_rented(self, m: dict[str, Any]) -> None:
+        """Give back every instance rented for the job (its disks too): billing stops."""
+        from orchestrator.providers.open import open_named
+
+        for name in m.get("rented", []):
+            if name not in self.orch.inventory.names():
+                continue
+            host = self.orch.inventory.get(name)
+            if host.provider is None:
+                continue
+            try:
+                provider = open_named(host.provider.name, host.provider.token_env, host.provider.api_url)
+                provider.release(host.provider.instance)
+            except OrchError as exc:
+                log(f"{m['job_id']}: releasing {name} failed ({str(exc).splitlines()[0]}): orch release {name} "
+                    "on the controller's host")
+                continue
+            self.orch.inventory.remove(name)
+            log(f"{m['job_id']}: released {name} ({host.provider.name} instance {host.provider.instance})")
 
     def recovered(self, m: dict[str, Any], name: str) -> None:
         job_id = m["job_id"]

@@ -80,17 +80,20 @@ def refresh(inventory: Inventory, registry: Registry, job_ids: Iterable[str], sa
             job_id = job.get("job_id")
             if job_id not in mine:
                 continue
-            _follow_move(registry, job_id, job, say)
+            _follow_move(registry, {"local", *inventory.names()}, job_id, job, say)
             known[job_id] = {"controller": where, **{k: job.get(k) for k in (
                 "hosts", "recoveries", "phase", "state", "note", "job_dir")}}
     _write(home, known)
     return {j: known[j] for j in mine}
 
 
-def _follow_move(registry: Registry, job_id: str, job: dict[str, Any], say: Say) -> None:
-    """The controller moved ``job_id``: the laptop's registry follows, fencing what it left."""
+def _follow_move(registry: Registry, known: set[str], job_id: str, job: dict[str, Any], say: Say) -> None:
+    """The controller moved ``job_id``: the laptop's registry follows, fencing what it left —
+    when this laptop knows the new hosts (not a box the controller rented for itself)."""
     hosts, job_dir = job.get("hosts"), job.get("job_dir")
     if not (isinstance(hosts, list) and hosts and isinstance(job_dir, str)):
+        return
+    if not set(map(str, hosts)) <= known:
         return
     now = registry.get(job_id)
     if now.hosts == hosts:

@@ -294,6 +294,16 @@ class RecoveryRent(Frozen):
                                     "provider's currency.")
     interruptible: bool = Field(False, description="Ask for an interruptible (spot) instance where the provider "
                                 "offers them.")
+    token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The variable holding the "
+                                  "provider's token (default: the provider's usual one); its value goes to the "
+                                  "controller's memory.")
+    api_url: str | None = Field(None, pattern=r"^https?://[^\s]+$", description="The provider's API (default: its "
+                                "own); a proxy or a stand-in, as orch rent --api-url.")
+    user: str = Field("root", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="The login user of the rented "
+                      "box, as orch rent --user.")
+    root: str | None = Field(None, min_length=1, description="orch's folder on the rented box (default: the "
+                             "provider's), as orch rent --root.")
+    python: str = Field("python3", min_length=1, description="The rented box's Python, as orch rent --python.")
 
     @field_validator("provider")
     @classmethod

@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.faults.conftest import flaky, proxy  # noqa: F401 - fixtures of the managed-job tests
 from tests.e2e.move.conftest import box2  # noqa: F401
+from tests.e2e.provider.conftest import vast  # noqa: F401 - the vast.ai stand-in rents replacements
 from tests.support.orch import Orch
 from tests.support.poll import wait_until
 

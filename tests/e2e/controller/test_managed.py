@@ -186,3 +186,30 @@ def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran_and_orch_
     done = managed(orch, job)
     assert done["phase"] == "done" and "cancelled with orch cancel" in done["note"]
     assert len(list((folder / "outputs").glob("attempt-*"))) == 2  # the first, then one restart
+
+
+def test_a_managed_job_moves_to_a_rented_replacement_which_is_released_at_the_end(
+        orch: Orch, flaky: str, proxy: FaultProxy, vast, controllers: list[str]) -> None:
+    orch.env["ORCH_TEST_VAST_KEY"] = vast.token
+    controllers.append("local")
+    orch("controller", "up", "local", env=FAST)
+    rent = {"provider": "vast", "gpu": "RTX_4090", "max_price": 0.5, "token_env": "ORCH_TEST_VAST_KEY",
+            "api_url": vast.url, "user": vast.next_user(), "root": "~/orch", "python": "/usr/bin/python3"}
+    spec = write_job(orch.cwd, "rt", flaky, ["python", "tick.py", "60"],
+                     extra="recovery: " + json.dumps({"rent": rent, "max_restarts": 1}) + "\n")
+    (orch.cwd / "ws" / "tick.py").write_text(TICKER)
+    before = set(vast.boxes)
+    job = json.loads(orch("submit", str(spec), "--json").stdout)["job_id"]
+    kit = controller_home(orch) / "runs" / job / ".orch-job" / "move.json"
+    wait_until(kit.is_file, what="the job's copy on the controller", timeout=120)
+    kill_box(orch, proxy, job)
+
+    done = wait_done(orch, job, timeout=600)
+    (instance,) = set(vast.boxes) - before
+    assert done["state"] == "succeeded" and done["recoveries"] == 1, done
+    assert done["hosts"] == [f"rent-{job.rsplit('-', 1)[-1]}-1"]
+    logs = orch("controller", "logs").stdout
+    assert f"rented vast instance {instance}" in logs and f"released {done['hosts'][0]} (vast instance {instance})" in logs
+    assert vast.billing() == []  # nothing left billing
+    assert vast.token not in logs
+    assert [p for p in controller_home(orch).rglob("*") if p.is_file() and vast.token.encode() in p.read_bytes()] == []

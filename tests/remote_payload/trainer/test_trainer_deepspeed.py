@@ -11,12 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.remote_payload.trainer.test_trainer_resume import (
-    assert_bit_identical,
-    assert_resumes_bit_identical,
-    kill_after_checkpoint,
-    weights,
-)
+from tests.remote_payload.trainer.test_trainer_resume import assert_kill_and_resume_match, weights
 from tests.support.trainer import base_config, run, train_losses
 
 ZERO2 = {"zero_stage": 2}
@@ -64,15 +59,7 @@ def test_deepspeed_run_killed_after_a_checkpoint_resumes_bit_identical(assets: P
     # the resumed run is not bit-identical yet: docs/trainer.md, DeepSpeed.)
     cfg = base_config(finetune="full", lora=None, strategy="deepspeed", deepspeed=zero, max_steps=60, grad_accum=2, save_every=10,
                       keep_checkpoints=10, log_every=10, eval_every=30)
-    ref = tmp_path / "ref"
-    result = run(ref, cfg, assets, nproc=2)
-    assert result.returncode == 0, result.stdout
-
-    job = tmp_path / "job"
-    kill_after_checkpoint(job, cfg, assets, 2, 10)
-    assert_resumes_bit_identical(ref, job, cfg, assets, 2)
-    assert_bit_identical(ref / "checkpoints" / "step-60", job / "checkpoints" / "step-60")
-    assert train_losses(ref)[-1] == train_losses(job)[-1]
+    _, job = assert_kill_and_resume_match(tmp_path, cfg, assets, 2, 10)
     assert json.loads((job / "checkpoints" / "step-60" / "progress.json").read_text())["step"] == 60
 
 

@@ -9,12 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.remote_payload.trainer.test_trainer_resume import (
-    assert_bit_identical,
-    assert_resumes_bit_identical,
-    kill_after_checkpoint,
-    weights,
-)
+from tests.remote_payload.trainer.test_trainer_resume import assert_kill_and_resume_match, weights
 from tests.support.trainer import base_config, run, train_losses
 
 
@@ -65,15 +60,7 @@ def test_fsdp_run_killed_after_a_checkpoint_resumes_bit_identical(assets: Path, 
     # whole model's sharded AdamW state goes through the full-state-dict round trip.
     cfg = base_config(finetune="full", lora=None, strategy="fsdp", max_steps=30, save_every=10, keep_checkpoints=5,
                       log_every=10, eval_every=15)
-    ref = tmp_path / "ref"
-    result = run(ref, cfg, assets, nproc=2)
-    assert result.returncode == 0, result.stdout
-
-    job = tmp_path / "job"
-    kill_after_checkpoint(job, cfg, assets, 2, 10)
-    assert_resumes_bit_identical(ref, job, cfg, assets, 2)
-    assert_bit_identical(ref / "checkpoints" / "step-30", job / "checkpoints" / "step-30")
-    assert train_losses(ref)[-1] == train_losses(job)[-1]
+    assert_kill_and_resume_match(tmp_path, cfg, assets, 2, 10)
 
 
 def test_fsdp_refuses_fp16_with_a_clear_error(assets: Path, tmp_path: Path) -> None:

@@ -70,6 +70,22 @@ def assert_resumes_bit_identical(ref: Path, job: Path, cfg: dict, assets: Path, 
     assert_bit_identical(ref / "outputs", job / "outputs")
 
 
+def assert_kill_and_resume_match(tmp_path: Path, cfg: dict, assets: Path, nproc: int, kill_at: int) -> tuple[Path, Path]:
+    """Run `cfg` uninterrupted (``ref``), then again (``job``) killed after checkpoint `kill_at` and
+    resumed: the resumed run's outputs, last checkpoint and last loss are the uninterrupted run's, bit
+    for bit. Returns (ref, job)."""
+    ref = tmp_path / "ref"
+    result = run(ref, cfg, assets, nproc=nproc)
+    assert result.returncode == 0, result.stdout
+    job = tmp_path / "job"
+    kill_after_checkpoint(job, cfg, assets, nproc, kill_at)
+    assert_resumes_bit_identical(ref, job, cfg, assets, nproc)
+    last = f"step-{cfg['max_steps']}"
+    assert_bit_identical(ref / "checkpoints" / last, job / "checkpoints" / last)
+    assert train_losses(ref)[-1] == train_losses(job)[-1]
+    return ref, job
+
+
 def assert_bit_identical(a: Path, b: Path) -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys() and wa

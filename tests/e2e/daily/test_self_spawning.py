@@ -8,7 +8,6 @@ On the `local` host and the loopback sshd (the spawning cases), CPU and gloo, th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from tests.support.orch import Orch
 from tests.support.poll import wait_until

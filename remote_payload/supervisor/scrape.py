@@ -24,7 +24,7 @@ A user script that never writes ``metrics.jsonl`` itself still gets STEP/LOSS/ET
   loss=2.31]``: step 12 of 200; Lightning's ``Epoch 2: ... 16/32 [..., v_num=0,
   train_loss=0.512]``: batches done over the epochs, 2 * 32 + 16); Lightning's Rich bar
   (``Epoch 2/9 ━━╸ 16/32 0:00:01 • 0:00:02 12.34it/s train_loss: 0.512``, its metrics maybe
-  wrapped onto the next line; the supervisor's ``TTY_COMPATIBLE``/``TTY_INTERACTIVE`` make Rich
+  wrapped onto the next lines, one a line when the bar is wide; the supervisor's ``TTY_COMPATIBLE``/``TTY_INTERACTIVE`` make Rich
   redraw into the log); torchtune's bar (``1|20|Loss: 11.90: 5%|...``: epoch|global step);
   a dict after a short prefix (``epoch 1: {'loss': ...}``); HF's ``***** eval metrics *****``
   table (``trainer.log_metrics``), at the last step seen, and so is an eval line without a
@@ -375,6 +375,7 @@ class LineParser:
             return rows + self._bar_rows(rich.group("desc"), int(rich.group("n").replace(",", "")),
                                          int(total) if total.isdigit() else None, rich.group("postfix"), rich=True)
         if rich_base is not None and _RICH_MORE.match(segment):  # the Rich bar's metrics, wrapped onto this line
+            self.rich_base = rich_base  # a narrow bar wraps one metric a line (v_num, train_loss, val_loss): more may come
             return rows + self._metric_rows(rich_base, fields(segment))
         if bar:
             close = segment.find("]", bar.end())  # a line printed right after the bar's last redraw

@@ -384,6 +384,26 @@ def test_lightning_rich_bar() -> None:
     assert picked(parse(end), "step", "loss", "eval_loss") == [(6, 0.488, None), (6, None, 0.924)]
 
 
+# Lightning's examples/pytorch/basics/transformer.py with devices=2 through orch (issue 39, by
+# hand): the bar is wide, so Rich wraps its metrics one a line, val_loss on the third line.
+RICH_THREE_LINES = (
+    'Epoch 3/19 \x1b[90m━━━━━━━━━━━━━━━━━━\x1b[0m 0/15 \x1b[2m0:00:25 • 0:00:00\x1b[0m \x1b[2;4m0.00it/s\x1b[0m '
+    '\x1b[3mv_num: 0.000      \x1b[0m\n'
+    '                                                              \x1b[3mtrain_loss: 3.264 \x1b[0m\n'
+    '                                                              \x1b[3mval_loss: 3.063   \x1b[0m\n'
+    '\x1b[2K\x1b[1A\x1b[2K\x1b[1A\x1b[2KEpoch 3/19 \x1b[35m━\x1b[0m\x1b[90m╺━━━━━━━━━━━━━━━━\x1b[0m 1/15 '
+    '\x1b[2m0:00:01 • 0:00:08\x1b[0m \x1b[2;4m1.88it/s\x1b[0m \x1b[3mv_num: 0.000      \x1b[0m\n'
+    '                                                              \x1b[3mtrain_loss: 3.101 \x1b[0m\n'
+    '                                                              \x1b[3mval_loss: 3.063   \x1b[0m\n'
+)
+
+
+def test_lightning_rich_bar_with_its_metrics_one_a_line() -> None:
+    rows = by_redraw(RICH_THREE_LINES)
+    assert picked([r for r in rows if "loss" in r], "step", "loss") == [(45, 3.264), (46, 3.101)]
+    assert picked([r for r in rows if "eval_loss" in r], "step", "eval_loss") == [(45, 3.063)]
+
+
 def test_torchtune_bar() -> None:
     """torchtune's recipes set the bar's description to ``epoch|global step|Loss: x``
     (recipes/lora_finetune_single_device.py: ``f"{curr_epoch + 1}|{self.global_step}|Loss: {loss_to_log}"``)."""

@@ -89,7 +89,8 @@ _TQDM = re.compile(
     r"^\s*(?:(?P<desc>[^|\[\]]{0,200}?):\s*)?"
     r"(?:\d{1,3}%\|[^|]{0,400}\|\s*(?P<n>\d+)/(?P<total>\d+)|(?P<count>\d+)[A-Za-z]{0,16})"
     r"\s*\[\d+:\d\d(?::\d\d)?(?:<[^,\]]{0,32})?,\s*[^,\]]{0,64}(?P<postfix>,[^\]]{0,2000})?\]\s*$")
-_LIGHTNING_DESC = re.compile(r"^\s*Epoch (\d+)(?:/\d+)?\s*$")  # Lightning's training bar: 0-based epochs
+_LIGHTNING_DESC = re.compile(r"^\s*Epoch (\d+)(?:/-?\d+)?\s*$")  # Lightning's training bar: 0-based epochs
+# (Rich's shows max_epochs - 1 after the slash: -2 when max_steps alone bounds the run)
 # Lightning's RichProgressBar, one redraw: ``Epoch 1/4  ━━━━╸     16/32 0:00:01 • 0:00:02 12.34it/s
 # train_loss: 0.512``: description, bar, n/total (``1,000/--`` without a total), times, rate, metrics.
 _RICH = re.compile(
@@ -306,6 +307,7 @@ class LineParser:
         self.bar_at: Optional[float] = None  # when the last bar row went out
         self.bar_step: Any = -1  # step of the last bar row made (written or held)
         self.bar_eval: Optional[float] = None  # the eval loss a bar last showed
+        self.epoch_total: Optional[int] = None  # the longest epoch Lightning's bar showed: a max_steps cut shortens the last
         self.rich_base: Optional[Row] = None  # the step of the Rich bar just read: its metrics may wrap on
         self.recent: "OrderedDict[Any, float]" = OrderedDict()  # printed lines' (step, epoch, kind): read when
 
@@ -421,7 +423,9 @@ class LineParser:
         epoch = _LIGHTNING_DESC.match(desc)
         if step is None and epoch and lightning:
             e = int(epoch.group(1))
-            step = e * total + n if total else (n if e == 0 else None)
+            self.epoch_total = max(self.epoch_total or 0, total or 0) or None
+            full = self.epoch_total
+            step = e * full + n if full else (n if e == 0 else None)
         elif step is None:
             step, total_steps = n, total
         base: Row = {}

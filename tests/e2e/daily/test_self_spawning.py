@@ -62,7 +62,7 @@ if __name__ == "__main__":
 """
 
 LIGHTNING = f"""\
-import json, os, pathlib
+import json, os, pathlib, time
 import torch
 import lightning as L
 from torch.utils.data import DataLoader, TensorDataset
@@ -77,8 +77,11 @@ class Tiny(L.LightningModule):
         self.layer = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, _):
+        time.sleep(1.0)  # a step that takes a while: the default (Rich) bar redraws during each
         x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -86,8 +89,8 @@ class Tiny(L.LightningModule):
 
 if __name__ == "__main__":
     data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
-    trainer = L.Trainer(strategy="ddp", devices=2, accelerator="cpu", max_steps=2, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(strategy="ddp", devices=2, accelerator="cpu", max_steps=3, logger=False,
+                        enable_checkpointing=False, enable_model_summary=False)  # its default bar
     trainer.fit(Tiny(), DataLoader(data, batch_size=4))
     out = pathlib.Path("outputs")
     out.mkdir(exist_ok=True)
@@ -139,6 +142,10 @@ def test_lightning_ddp_with_two_devices_started_by_plain_python_trains(orch: Orc
     assert "All distributed processes registered. Starting with 2 processes" in log
     assert [(r["rank"], r["world"], r["seen"]) for r in _ranks(orch, job["job_id"])] == [(0, 2, []), (1, 2, [])]
     assert "waiting for ranks" not in log
+    progress = orch.json("status", job["job_id"])["progress"]  # STEP/LOSS from Lightning's default bar
+    assert progress["step"] == 3 and isinstance(progress["loss"], float), progress
+    out = orch("plot", job["job_id"], "-o", "lit.png")
+    assert " loss, 0 eval_loss" in out.stderr and (orch.cwd / "lit.png").stat().st_size > 0
 
 
 def test_ranks_that_never_joined_are_named_in_status_until_cancelled(orch: Orch) -> None:

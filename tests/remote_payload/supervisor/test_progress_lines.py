@@ -404,6 +404,24 @@ def test_lightning_rich_bar_with_its_metrics_one_a_line() -> None:
     assert picked([r for r in rows if "eval_loss" in r], "step", "eval_loss") == [(45, 3.063)]
 
 
+# Lightning's Trainer(max_steps=3) over 2 batches an epoch (no max_epochs: Rich shows "Epoch E/-2"),
+# its last epoch cut to 1 batch (captured through orch, tests/e2e/daily/test_self_spawning.py).
+RICH_MAX_STEPS = (
+    '\x1b[2KEpoch 0/-2 \x1b[90m━━━━━━━━━━\x1b[0m 0/2 \x1b[2m0:00:00 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m \n'
+    '\x1b[2KEpoch 0/-2 \x1b[35m━━━━━\x1b[0m\x1b[90m╺━━━━\x1b[0m 1/2 \x1b[2m0:00:01 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m '
+    '\x1b[3mtrain_loss: 1.256\x1b[0m\n'
+    '\x1b[2KEpoch 1/-2 \x1b[90m━━━━━━━━━━\x1b[0m 0/1 \x1b[2m0:00:00 • -:--:--\x1b[0m \x1b[2;4m0.00it/s\x1b[0m '
+    '\x1b[3mtrain_loss: 1.749\x1b[0m`Trainer.fit` stopped: `max_steps=3` reached.\n'
+    '\x1b[2KEpoch 1/-2 \x1b[35m━━━━━━━━━━\x1b[0m 1/1 \x1b[2m0:00:01 • 0:00:00\x1b[0m \x1b[2;4m0.00it/s\x1b[0m '
+    '\x1b[3mtrain_loss: 2.010\x1b[0m\n'
+)
+
+
+def test_lightning_rich_bar_of_a_max_steps_run_counts_the_cut_epoch_after_the_full_ones() -> None:
+    rows = by_redraw(RICH_MAX_STEPS)  # one piece (no \r): the first row at once, the last kept, step 2 thinned
+    assert picked([r for r in rows if "loss" in r], "step", "loss") == [(1, 1.256), (3, 2.01)]
+
+
 def test_torchtune_bar() -> None:
     """torchtune's recipes set the bar's description to ``epoch|global step|Loss: x``
     (recipes/lora_finetune_single_device.py: ``f"{curr_epoch + 1}|{self.global_step}|Loss: {loss_to_log}"``)."""

@@ -158,11 +158,12 @@ def _accelerate(words: list[str], workspace: Path, cwd: str, env: dict[str, str]
                         "distributed_type and gpu_ids apply on the host unchecked; --cpu and --mixed_precision no on "
                         "the command win over them")]
         said = {k: data.get(k) for k in ("mixed_precision", "distributed_type", "use_cpu") if data.get(k) is not None}
-        gpu = str(said.get("distributed_type", "")) in ("MULTI_GPU", "DEEPSPEED", "FSDP") and not said.get("use_cpu")
+        gpu = str(said.get("distributed_type", "")) in ("MULTI_GPU", "DEEPSPEED", "FSDP") and not said.get("use_cpu") \
+            and not _on(words, "cpu")
         value = ", ".join(f"{k}: {v}" for k, v in said.items()) or "no precision or device set"
-        return [Row("accelerate config", f"{config}: {value}", WARN if gpu and flag(words, "cpu", switch=True) is None else OK,
-                    "asks for GPUs: add --cpu to the command (orch runs several CPU processes as one world)"
-                    if gpu and flag(words, "cpu", switch=True) is None else "")]
+        return [Row("accelerate config", f"{config}: {value}", WARN if gpu else OK,
+                    "asks for GPUs: add --cpu to the command (orch runs several CPU processes as one world)" if gpu
+                    else "")]
     if precision is not None or "ACCELERATE_MIXED_PRECISION" in env or _on(words, "cpu"):
         return []  # --cpu: the device is settled, and accelerate runs fp16/bf16 on the CPU
     return [Row("accelerate config", "host's default: not checked", WARN,

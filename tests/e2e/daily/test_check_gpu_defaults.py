@@ -23,6 +23,10 @@ dtype: bf16
 """
 
 
+CHECKS = ("TRL precision", "Trainer precision", "torchtune device", "accelerate config", "Lightning device",
+          "script's own device", "GPUs")
+
+
 def rows(out: str) -> dict[str, str]:
     """The table's rows by check name, each row's cells joined by single spaces (a note wrapped
     onto the lines below, which start blank, joined to its row)."""
@@ -32,8 +36,7 @@ def rows(out: str) -> dict[str, str]:
         if line.startswith(" ") and last:
             found[last] += " " + " ".join(line.split())
             continue
-        last = next((c for c in ("TRL precision", "torchtune device", "accelerate config", "Lightning device",
-                                 "script's own device", "GPUs") if line.startswith(c)), "")
+        last = next((c for c in CHECKS if line.startswith(c)), "")
         if last:
             found[last] = " ".join(line.split())
     return found
@@ -87,3 +90,13 @@ def test_accelerate_host_config_and_lightning_gpu_accelerator_are_said(orch: Orc
     line = check(orch, spec)["accelerate config"]
     assert line.startswith("accelerate config acc.yaml: mixed_precision: bf16, distributed_type: MULTI_GPU warn")
     assert "--cpu" in line
+
+    # --cpu settles accelerate's device; Hugging Face's Trainer is named only where the script calls it
+    spec.write_text(spec.read_text().replace('"--config_file", "acc.yaml", ', '"--cpu", '))
+    (orch.cwd / "ws" / "train.py").write_text('"""Fine-tuning without Hugging Face Trainer."""\nimport transformers\n')
+    found = check(orch, spec)
+    assert "accelerate config" not in found and "Trainer precision" not in found, found
+    (orch.cwd / "ws" / "train.py").write_text("from transformers import TrainingArguments\n"
+                                              "args = TrainingArguments(output_dir='out', bf16=True)\n")
+    line = check(orch, spec)["Trainer precision"]
+    assert line.startswith("Trainer precision not checked warn") and "--use_cpu True" in line, line

@@ -162,8 +162,9 @@ def _accelerate(words: list[str], workspace: Path, cwd: str, env: dict[str, str]
             and not _on(words, "cpu")
         value = ", ".join(f"{k}: {v}" for k, v in said.items()) or "no precision or device set"
         return [Row("accelerate config", f"{config}: {value}", WARN if gpu else OK,
-                    "asks for GPUs: add --cpu to the command (orch runs several CPU processes as one world)" if gpu
-                    else "")]
+                    f"{said.get('distributed_type')} asks for GPUs: here accelerate runs the processes as MULTI_CPU on "
+                    "gloo (orch sets ACCELERATE_USE_CPU=true for more than one; add --cpu for one) and leaves "
+                    "DeepSpeed/FSDP out, so a CPU run checks the script, not that plugin" if gpu else "")]
     if precision is not None or "ACCELERATE_MIXED_PRECISION" in env or _on(words, "cpu"):
         return []  # --cpu: the device is settled, and accelerate runs fp16/bf16 on the CPU
     return [Row("accelerate config", "host's default: not checked", WARN,

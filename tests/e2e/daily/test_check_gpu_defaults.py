@@ -89,7 +89,7 @@ def test_accelerate_host_config_and_lightning_gpu_accelerator_are_said(orch: Orc
     (orch.cwd / "ws" / "acc.yaml").write_text("distributed_type: MULTI_GPU\nmixed_precision: bf16\nnum_processes: 2\n")
     line = check(orch, spec)["accelerate config"]
     assert line.startswith("accelerate config acc.yaml: mixed_precision: bf16, distributed_type: MULTI_GPU warn")
-    assert "--cpu" in line
+    assert "MULTI_CPU" in line and "leaves DeepSpeed/FSDP out" in line, line
 
     # --cpu settles accelerate's device; Hugging Face's Trainer is named only where the script calls it
     spec.write_text(spec.read_text().replace('"--config_file", "acc.yaml", ', '"--cpu", '))

@@ -53,8 +53,9 @@ def resolve(name: str, inventory: Inventory, registry: Registry) -> Target:
 
 
 def slurm_node(host: Host, job: JobRecord, transport: Transport) -> str:
-    """The batch host (first node) of the job's latest Slurm job, from ``scontrol`` on the
-    login node with the host's Slurm environment."""
+    """The address of the batch host (first node) of the job's latest Slurm job, from
+    ``scontrol`` on the login node with the host's Slurm environment: the node's ``NodeAddr``
+    (its name when Slurm gives no other address)."""
     from orchestrator.helper.remote import Remote
 
     remote = Remote(host, transport)
@@ -76,4 +77,9 @@ def slurm_node(host: Host, job: JobRecord, transport: Transport) -> str:
     if state.group(1) != "RUNNING" or batch is None or batch.group(1) in ("", "(null)"):
         raise RemoteError(f"{job.job_id}: Slurm job {slurm_job} is {state.group(1)}, on no node yet: "
                           "its ports can be reached once it runs")
-    return batch.group(1)
+    node = batch.group(1)
+    # The node's address as Slurm reaches it (NodeAddr), which the login node may know where it
+    # cannot resolve the node's name; the name when Slurm says no other.
+    shown = transport.run(shell.login_argv(["env", *env, "scontrol", "show", "node", "-o", node]), timeout=60)
+    addr = re.search(r"\bNodeAddr=(\S+)", shown.stdout.decode("utf-8", "replace")) if shown.exit_code == 0 else None
+    return addr.group(1) if addr and addr.group(1) not in ("", "(null)") else node

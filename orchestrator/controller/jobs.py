@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from orchestrator.hosts.inventory import Host
 from remote_payload.contract.protocol import LOST, TERMINAL
 
 FAILED, SUCCEEDED = "failed", "succeeded"
+CHAT_HOSTS = {"hooks.slack.com": "slack", "open.feishu.cn": "feishu", "open.larksuite.com": "feishu",
+              "oapi.dingtalk.com": "dingtalk"}
 IN_PLACE = "(where it ran)"  # a recovery's target: the job restarted on its own host
 
 
@@ -332,10 +335,14 @@ class Jobs:
         fmt = notify.get("format") or "auto"
         body: dict[str, Any] = {"text": text, "job_id": m["job_id"], "event": "managed", "state": m.get("state"),
                                 "hosts": m.get("hosts"), "restarts": m.get("restarts")}
-        if fmt == "feishu" or "feishu" in url or "larksuite" in url:
+        if fmt == "auto":  # as the server's webhook picks it (remote_payload/supervisor/webhook.py)
+            fmt = CHAT_HOSTS.get((urllib.parse.urlsplit(url).hostname or "").lower(), "json")
+        if fmt == "feishu":
             body = {"msg_type": "text", "content": {"text": text}}
-        elif fmt == "dingtalk" or "dingtalk" in url:
+        elif fmt == "dingtalk":
             body = {"msgtype": "text", "text": {"content": text}}
+        elif fmt == "slack":
+            body = {"text": text}
         request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=float(notify.get("timeout_s") or 10)) as answer:

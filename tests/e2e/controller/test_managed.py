@@ -19,6 +19,7 @@ from tests.support.moves import adapter, steps_logged, trainer_spec
 from tests.support.orch import TICKER, Orch, write_job
 from tests.support.poll import wait_until
 from tests.support.proxy import FaultProxy
+from tests.support.webhooks import Hook, hook  # noqa: F401 - the fixture
 
 
 def with_recovery(spec: Path, recovery: dict) -> Path:
@@ -163,10 +164,11 @@ def test_a_managed_job_lost_more_often_than_max_restarts_stays_lost(
 
 
 def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran_and_orch_cancel_ends_its_management(
-        orch: Orch, box: str, controllers: list[str]) -> None:
+        orch: Orch, box: str, controllers: list[str], hook: Hook) -> None:
     controllers.append("local")
     orch("controller", "up", "local", env=FAST)
-    spec = write_job(orch.cwd, "tick", box, ["python", "tick.py"])
+    spec = write_job(orch.cwd, "tick", box, ["python", "tick.py"],
+                     extra=f"on_finish: {{notify: {{url: '{hook.url()}', format: json}}}}\n")
     (orch.cwd / "ws" / "tick.py").write_text(TICKER)
     job = json.loads(orch("submit", str(spec), "--managed", "--json").stdout)["job_id"]
     orch.wait_state(job, ("running",))
@@ -178,6 +180,8 @@ def test_a_managed_job_whose_supervisor_dies_is_restarted_where_it_ran_and_orch_
     wait_until(lambda: managed(orch, job).get("recoveries") == 1 and managed(orch, job)["phase"] == "watching",
                what="the restart", timeout=300, detail=lambda: orch("controller", "logs", check=None).stdout)
     assert "supervisor on box is gone" in managed(orch, job)["history"][0]["why"]
+    told = [r["body"] for r in hook.requests if r["body"].get("event") == "managed"]  # the recovery's webhook call
+    assert len(told) == 1 and told[0]["text"].startswith(f"orch: {job} recovered: moved from box to box"), told
     orch.wait_state(job, ("running",))
     assert f"{job}: managed by the controller on local: on box, recovered 1x" in orch("status").stdout
 

@@ -129,6 +129,12 @@ class FaultProxy:
             for conn in self.conns:
                 conn.frozen.set()
 
+    def reopen(self) -> None:
+        """Listen again on the same port after ``close``: the host is back."""
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        self.running = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
     def close(self) -> None:
         """Stop listening and cut every connection: the host is unreachable from now on."""
         self.running = False

@@ -217,3 +217,32 @@ def test_a_managed_job_moves_to_a_rented_replacement_which_is_released_at_the_en
     assert vast.billing() == []  # nothing left billing
     assert vast.token not in logs
     assert [p for p in controller_home(orch).rglob("*") if p.is_file() and vast.token.encode() in p.read_bytes()] == []
+
+
+def test_the_old_box_coming_back_after_a_recovery_finds_its_attempt_fenced(
+        orch: Orch, flaky: str, proxy: FaultProxy, box2: str, controllers: list[str]) -> None:
+    controllers.append("local")
+    orch("controller", "up", "local", env=FAST)
+    spec = write_job(orch.cwd, "fence", flaky, ["python", "tick.py"], extra="recovery: {hosts: [box2]}\n")
+    (orch.cwd / "ws" / "tick.py").write_text(TICKER)
+    job = json.loads(orch("submit", str(spec), "--json").stdout)["job_id"]
+    orch.wait_state(job, ("running",))
+    kit = controller_home(orch) / "runs" / job / ".orch-job" / "move.json"
+    wait_until(kit.is_file, what="the job's copy on the controller", timeout=120)
+    old = json.loads((orch.remote_root / "jobs" / job / "status.json").read_text())
+    proxy.close()  # only the network: the old attempt runs on, cut off
+    wait_until(lambda: managed(orch, job).get("hosts") == ["box2"], what="the recovery to box2", timeout=300,
+               detail=lambda: orch("controller", "logs", check=None).stdout)
+    assert Path(f"/proc/{old['supervisor_pid']}").exists()  # two attempts now, one of them unreachable
+
+    proxy.reopen()  # the old box comes back: the controller's next contact stops its attempt
+    aside = orch.remote_root / "jobs" / ".superseded"
+    wait_until(lambda: list(aside.glob(f"{job}-*")), what="the old attempt set aside", timeout=300,
+               detail=lambda: orch("controller", "logs", check=None).stdout)
+    wait_until(lambda: not Path(f"/proc/{old['supervisor_pid']}").exists() or Path(
+        f"/proc/{old['supervisor_pid']}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+        what="the old supervisor stopped", timeout=120)
+    assert not (orch.remote_root / "jobs" / job).exists()
+    assert json.loads((orch.remote_root / "box2" / "jobs" / job / "status.json").read_text())["state"] in (
+        "pending", "running")  # the one live attempt
+    orch("cancel", job)

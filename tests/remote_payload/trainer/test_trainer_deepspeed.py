@@ -78,4 +78,4 @@ def test_deepspeed_json_config_is_checked_against_the_job(assets: Path, tmp_path
     assert result.returncode != 0
     assert f"deepspeed.config {tmp_path / 'bad.json'}: line 2: train_micro_batch_size_per_gpu: 4 differs from " \
            "train.batch_size (8)" in result.stdout
-    assert "Traceback" not in result.stdout.split("ChildFailedError")[0]
+    assert "remote_payload/trainer" not in result.stdout  # no worker traceback (torchrun prints its own failure)

@@ -62,7 +62,9 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "check": ("check", "Validate a job file; exit 2 with file:line:column and the field when it is invalid, "
                        "when the workspace folder is missing, or when launch.command runs a workspace file that "
                        "will not be synced (missing, or excluded: the message names the ignore rule). With "
-                       "--remote, also check each host can run it (exit 4 on a blocker)."),
+                       "--remote, also check each host can run it (exit 4 on a blocker); on a host with no GPU it names "
+                       "what the command leaves to its framework that may need one (TRL's bf16 default, "
+                       "accelerate's host config, torchtune's device: cuda) and the flags for the CPU."),
     "controller": ("controller", "Run the managed-jobs controller on a host that stays on (docs/managed.md)."),
     "code": ("vscode", "Open the host's synced workspace (or JOB's code snapshot) in VSCode Remote-SSH."),
     "exec": ("exec", "Run one command on HOST (through its login shell) and exit with its exit code."),

@@ -37,6 +37,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from remote_payload.contract.train_config import DataFormat, TrainSetupError
+from remote_payload.trainer.fields import check_fields, format_fields
 
 if TYPE_CHECKING:
     from remote_payload.trainer.transform import Transform
@@ -86,18 +87,6 @@ class Batch:
 
 def _labelled(targets: torch.Tensor) -> torch.Tensor:
     return (targets.view(-1) != IGNORE).nonzero().view(-1)
-
-
-def format_fields(fmt: DataFormat) -> tuple[str, ...]:
-    """The fields every example of `fmt` needs."""
-    return ("text",) if fmt == "text" else ("instruction", "output")
-
-
-def check_fields(row: object, fields: tuple[str, ...], where: str, what: str = "") -> None:
-    """`TrainSetupError` naming `where` (file:line) when `row` is not an object holding `fields`."""
-    missing = [k for k in fields if not isinstance(row, dict) or k not in row]
-    if missing:
-        raise TrainSetupError(f"{where}: {what}missing field(s) {missing} for this data.format")
 
 
 def read_rows(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remote_payload.contract.train_config import TrainSetupError
-from remote_payload.trainer.data import check_fields
+from remote_payload.trainer.fields import check_fields
 
 log = logging.getLogger("remote_payload.train")
 

@@ -199,7 +199,7 @@ def _torchtune(words: list[str], workspace: Path, cwd: str) -> Row:
     config = flag(words, "config")
     text = _read(workspace, cwd, config) if config else None
     data = _yaml(text) if text is not None else None
-    fix = "add device=cpu to the command (torchtune runs bf16 on the CPU; dtype=fp32 if it is slow there)"
+    fix = "add device=cpu dtype=fp32 to the command (bf16 runs on the CPU, but at a fraction of fp32's speed)"
     if data is None:
         wanted = {k: overrides[k] for k in TUNE_GPU if k in overrides}
         if wanted.get("device") == "cpu":

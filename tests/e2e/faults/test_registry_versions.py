@@ -15,6 +15,7 @@ import pytest
 from orchestrator.state import layout, reach
 from tests.e2e.faults.test_local_faults import assert_clean
 from tests.support.orch import Orch, write_job
+from tests.support.poll import wait_until
 
 OLD_JOB = "old-20261101-101500-1a2b"
 
@@ -23,6 +24,19 @@ def remote_tree(orch: Orch) -> list[str]:
     """Every path under the hosts' roots (the sshd's and `local`'s): what a command left there."""
     roots = [orch.remote_root, orch.home / "local"]
     return sorted(str(p) for root in roots if root.exists() for p in root.rglob("*"))
+
+
+def processes_naming(word: str) -> list[int]:
+    """Pids of this machine's processes whose command line holds ``word`` (the loopback box runs here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def dump(db: Path) -> list[str]:
@@ -56,6 +70,9 @@ def test_a_registry_from_before_layouts_is_migrated_and_one_with_a_newer_column_
 def test_a_registry_this_orch_cannot_use_is_refused_before_anything_connects(orch: Orch, box: str, newer: str) -> None:
     spec = write_job(orch.cwd, "kept", box, ["python", "-c", "print('done')"])
     job = json.loads(orch("submit", str(spec), "--follow", "--json").stdout)["job_id"]
+    # The job's supervisor still writes after the job ended (the late environment record in
+    # <root>/state/environment, on_finish): the snapshot below is taken once it has exited.
+    wait_until(lambda: not processes_naming(job), what=f"{job}'s supervisor to exit", timeout=120)
     db = orch.home / "registry.db"
     with sqlite3.connect(db) as conn:  # what a newer orch that an older one must not use leaves behind
         if newer == "a column that must be filled in":  # a rebuilt table: ALTER TABLE cannot add one

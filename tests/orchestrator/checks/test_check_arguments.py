@@ -115,6 +115,7 @@ def test_an_output_folder_that_outputs_does_not_select_is_named(orch: Orch, ws: 
 
 def test_the_built_in_trainer_gets_no_outputs_warning(orch: Orch) -> None:
     (orch.cwd / "ws").mkdir()
+    (orch.cwd / "ws" / "d.jsonl").write_text('{"text": "x"}\n')  # present: a missing one is warned of (traindata.py)
     spec = orch.cwd / "job.yaml"
     spec.write_text("name: nano\nhosts: [local]\nworkspace: {path: ws}\ntrain: {model: gpt2, data: {train: d.jsonl}}\n")
     assert warnings(orch, spec) == []
